@@ -1,0 +1,66 @@
+"""Cost of one scheduling step: `schedule()` + `update_from_output()` with N running decodes.
+
+    python -m paged.bench [--sizes 64 256 1024] [--steps 2000]
+
+Block size 16, 512-token prompts with real token ids, prefix caching on; every request is in
+steady decode and none finishes while timed. The first line per size is the simulator's step
+(synthetic tokens, `sampled_tokens=None`); the second is the engine's (a token per request).
+For scale: nano-vllm's scheduler + block manager take about 130 us for this step at 256
+requests here, vLLM v1's Scheduler about 2,100 us.
+"""
+from __future__ import annotations
+
+import argparse
+import time
+
+from . import CacheConfig, Request, SamplingParams, SchedulerConfig
+from .scheduler import Scheduler
+
+PROMPT = 512
+BLOCK = 16
+
+
+def decode_ready_scheduler(n: int, steps: int) -> Scheduler:
+    out_len = steps * 3 + 64
+    blocks = n * (-(-(PROMPT + out_len) // BLOCK) + 1)
+    s = Scheduler(CacheConfig(num_gpu_blocks=blocks, block_size=BLOCK, enable_prefix_caching=True),
+                  SchedulerConfig(max_num_seqs=n, max_num_batched_tokens=max(2048, n), max_model_len=PROMPT + out_len))
+    params = SamplingParams(max_tokens=out_len, ignore_eos=True)
+    for i in range(n):
+        s.add_request(Request(f"r{i}", [(i * 7919 + j) % 32000 for j in range(PROMPT)], sampling_params=params))
+    t = 0.0
+    while len(s.decode.members) < n:
+        out = s.schedule(t)
+        toks = {r.request_id: [1] for r in out.decode_requests + out.prefill_requests}
+        s.update_from_output(out, toks, t)
+        t += 1.0
+    return s
+
+
+def time_steps(s: Scheduler, steps: int, real_tokens: bool) -> float:
+    toks = {r.request_id: [1] for r in s.decode.members} if real_tokens else None
+    t = 0.0
+    start = time.perf_counter()
+    for _ in range(steps):
+        out = s.schedule(t)
+        s.update_from_output(out, toks, t)
+        t += 1.0
+    return (time.perf_counter() - start) / steps * 1e6
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", type=int, nargs="+", default=[64, 256, 1024])
+    ap.add_argument("--steps", type=int, default=2000)
+    args = ap.parse_args(argv)
+    for n in args.sizes:
+        s = decode_ready_scheduler(n, args.steps)
+        # best of two runs of each kind; `out_len` leaves room for all four without a finish
+        us = min(time_steps(s, args.steps // 2, False) for _ in range(2))
+        print(f"running={n} us_per_step={us:.1f} us_per_request={us / n:.3f}")
+        us = min(time_steps(s, args.steps // 2, True) for _ in range(2))
+        print(f"running={n} sampled_tokens=real us_per_step={us:.1f} us_per_request={us / n:.3f}")
+
+
+if __name__ == "__main__":
+    main()

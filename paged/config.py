@@ -1,0 +1,101 @@
+"""Validated configuration of the KV cache and the scheduler.
+
+Bad values raise `ValueError` naming the field, the value and what was expected, at
+construction, so a typo in a sweep fails at once instead of producing a strange result.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .policies import Policy
+
+PREEMPTION_MODES = ("recompute", "swap")
+
+
+def _require(ok: bool, owner: str, field: str, value, expected: str) -> None:
+    if not ok:
+        raise ValueError(f"{owner}.{field}={value!r}: expected {expected}")
+
+
+@dataclass(slots=True)
+class CacheConfig:
+    """How the KV cache is cut into blocks.
+
+    `num_gpu_blocks` is the device pool the scheduler allocates from; `num_cpu_blocks` is the
+    host pool that preemption by swap moves blocks into (0 disables swapping). `watermark`
+    is the fraction of device blocks kept free at admission so that running requests can
+    grow a little before anyone has to be preempted.
+    """
+
+    num_gpu_blocks: int
+    block_size: int = 16
+    num_cpu_blocks: int = 0
+    enable_prefix_caching: bool = True
+    watermark: float = 0.01
+
+    def __post_init__(self) -> None:
+        bs = self.block_size
+        _require(isinstance(bs, int) and bs > 0 and bs & (bs - 1) == 0,
+                 "CacheConfig", "block_size", bs, "a power of two >= 1")
+        _require(isinstance(self.num_gpu_blocks, int) and self.num_gpu_blocks > 0,
+                 "CacheConfig", "num_gpu_blocks", self.num_gpu_blocks, "an integer >= 1")
+        _require(isinstance(self.num_cpu_blocks, int) and self.num_cpu_blocks >= 0,
+                 "CacheConfig", "num_cpu_blocks", self.num_cpu_blocks, "an integer >= 0")
+        _require(0.0 <= self.watermark < 1.0, "CacheConfig", "watermark", self.watermark, "a value in [0, 1)")
+
+    @property
+    def watermark_blocks(self) -> int:
+        return int(self.watermark * self.num_gpu_blocks)
+
+    @property
+    def num_gpu_slots(self) -> int:
+        return self.num_gpu_blocks * self.block_size
+
+
+@dataclass(slots=True)
+class SchedulerConfig:
+    """The knobs of the continuous-batching scheduler, named as in vLLM.
+
+    `long_prefill_token_threshold` caps the chunk any one prompt may take in a step (0: no cap),
+    so that one long prompt cannot take the whole token budget from the others.
+    """
+
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 2048
+    max_model_len: int = 4096
+    enable_chunked_prefill: bool = True
+    long_prefill_token_threshold: int = 0
+    policy: str | Policy = "fcfs"
+    preemption_mode: str = "recompute"
+
+    def __post_init__(self) -> None:
+        from .policies import POLICIES, Policy  # policies import the request module only
+
+        _require(isinstance(self.max_num_seqs, int) and self.max_num_seqs >= 1,
+                 "SchedulerConfig", "max_num_seqs", self.max_num_seqs, "an integer >= 1")
+        _require(isinstance(self.max_model_len, int) and self.max_model_len >= 1,
+                 "SchedulerConfig", "max_model_len", self.max_model_len, "an integer >= 1")
+        # Every running sequence decodes one token a step, so the budget must cover them all.
+        _require(isinstance(self.max_num_batched_tokens, int)
+                 and self.max_num_batched_tokens >= self.max_num_seqs,
+                 "SchedulerConfig", "max_num_batched_tokens", self.max_num_batched_tokens,
+                 f">= max_num_seqs ({self.max_num_seqs})")
+        if not self.enable_chunked_prefill:
+            # Without chunking a whole prompt must fit in one step's budget.
+            _require(self.max_num_batched_tokens >= self.max_model_len,
+                     "SchedulerConfig", "max_num_batched_tokens", self.max_num_batched_tokens,
+                     f">= max_model_len ({self.max_model_len}) when chunked prefill is disabled")
+        _require(isinstance(self.long_prefill_token_threshold, int) and self.long_prefill_token_threshold >= 0,
+                 "SchedulerConfig", "long_prefill_token_threshold", self.long_prefill_token_threshold,
+                 "an integer >= 0 (0 = no cap)")
+        _require(isinstance(self.policy, Policy) or self.policy in POLICIES, "SchedulerConfig", "policy",
+                 self.policy, f"one of {sorted(POLICIES)} or a Policy instance")
+        _require(self.preemption_mode in PREEMPTION_MODES, "SchedulerConfig", "preemption_mode",
+                 self.preemption_mode, f"one of {list(PREEMPTION_MODES)}")
+
+    def check_block_size(self, block_size: int) -> None:
+        """A budget below one block cannot make progress on a fresh block; refuse it up front."""
+        _require(self.max_num_batched_tokens >= block_size, "SchedulerConfig", "max_num_batched_tokens",
+                 self.max_num_batched_tokens, f">= block_size ({block_size})")

@@ -1,0 +1,107 @@
+"""DecodeBatch: the running requests in steady decode, advanced together by one clock.
+
+In steady decode every member computes one token and samples one token per step. Instead of
+touching each member, the batch keeps a clock; a member stores its counters as of the clock
+when it joined, and `Request.num_computed_tokens` adds the difference on read. A step then
+costs O(1) plus the members that cross into a new block — found without looking at the
+others, because members are bucketed by their position within their last block — plus those
+that finish, found in a map keyed by the clock at which they reach their output limit.
+
+The same structure tells the simulator how many steps can run with nothing changing, and
+lets it take k of them at once with a result identical to k single steps.
+"""
+from __future__ import annotations
+
+import heapq
+
+from .request import Request
+
+
+class DecodeBatch:
+    __slots__ = ("block_size", "clock", "members", "buckets", "finish_at", "_finish_clocks", "context_sum")
+
+    def __init__(self, block_size: int) -> None:
+        self.block_size = block_size
+        self.clock = 0
+        self.members: dict[Request, None] = {}  # join order
+        # buckets[p]: members that need a new block before the step taken at a clock == p mod bs
+        self.buckets: list[dict[Request, None]] = [{} for _ in range(block_size)]
+        self.finish_at: dict[int, list[Request]] = {}
+        self._finish_clocks: list[int] = []  # heap over finish_at's keys (may hold spent ones)
+        self.context_sum = 0  # sum over members of the context they attend to in the next step
+
+    def __len__(self) -> int:
+        return len(self.members)
+
+    def join(self, req: Request) -> None:
+        c = req._num_computed
+        clock = self.clock
+        req._batch = self
+        req._clock0 = clock
+        self.members[req] = None
+        self.buckets[(clock - c) % self.block_size][req] = None
+        fin = clock + req.max_output_tokens - req._num_output
+        req._finish_clock = fin
+        lst = self.finish_at.get(fin)
+        if lst is None:
+            self.finish_at[fin] = [req]
+            heapq.heappush(self._finish_clocks, fin)
+        else:
+            lst.append(req)
+        self.context_sum += c + 1
+
+    def leave(self, req: Request) -> None:
+        """Take a member out and write its counters back as plain values."""
+        c0 = req._num_computed
+        d = self.clock - req._clock0
+        del self.members[req]
+        del self.buckets[(req._clock0 - c0) % self.block_size][req]
+        req._num_computed = c0 + d
+        req._num_output += d
+        req._batch = None
+        req._finish_clock = -1
+        self.context_sum -= c0 + d + 1
+
+    def crossers(self) -> dict[Request, None]:
+        """Members whose next token starts a new block."""
+        return self.buckets[self.clock % self.block_size]
+
+    def advance(self) -> list[Request]:
+        """Count one step taken; return the members that reached their output limit with it."""
+        self.clock = clock = self.clock + 1
+        self.context_sum += len(self.members)
+        done = self.finish_at.pop(clock, None)
+        if done is None:
+            return []
+        return [r for r in done if r._batch is self and r._finish_clock == clock]
+
+    def steps_to_next_finish(self) -> int:
+        heap, finish_at = self._finish_clocks, self.finish_at
+        while heap:
+            fin = heap[0]
+            if fin in finish_at and any(r._batch is self and r._finish_clock == fin for r in finish_at[fin]):
+                return fin - self.clock
+            heapq.heappop(heap)
+            finish_at.pop(fin, None)
+        return 1 << 62
+
+    def block_needs(self, k: int) -> list[int]:
+        """New blocks needed by each of the next k steps."""
+        bs, buckets, clock = self.block_size, self.buckets, self.clock
+        return [len(buckets[(clock + j) % bs]) for j in range(k)]
+
+    def steps_with_blocks(self, num_free_blocks: int, k_max: int) -> int:
+        """The largest k <= k_max for which the next k steps need at most `num_free_blocks`."""
+        n = len(self.members)
+        if n == 0:
+            return k_max
+        bs = self.block_size
+        sizes = self.block_needs(bs)
+        cycles = min(k_max // bs, num_free_blocks // n)  # each whole cycle of bs steps needs n blocks
+        k, free = cycles * bs, num_free_blocks - cycles * n
+        for s in sizes:
+            if k >= k_max or s > free:
+                break
+            free -= s
+            k += 1
+        return k

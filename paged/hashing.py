@@ -1,0 +1,71 @@
+"""Chained block hashes for prefix caching: h_i = H(h_{i-1}, tokens of block i, extra keys).
+
+The chain makes a block's hash name its whole prefix, so equal hashes mean equal KV. BLAKE2b
+keeps hashes stable across processes and runs (Python's `hash` is salted for str and bytes),
+so a simulation with a prefix cache is reproducible bit for bit.
+
+Traces such as Mooncake's carry no tokens, only one hash id per `hash_id_block_size` tokens
+(equal ids = identical prefix blocks). Those ids are chained once per id, and a cache block
+of `block_size` tokens is named by the chained id that covers its last token plus its index: with 16-token blocks,
+each 512-token id stands for 32 consecutive blocks.
+"""
+from __future__ import annotations
+
+import hashlib
+from array import array
+
+from .request import Request
+
+_ROOT = b"\x00" * 16
+
+
+def _h(*parts: bytes) -> bytes:
+    return hashlib.blake2b(b"".join(parts), digest_size=16).digest()
+
+
+def hash_token_block(parent: bytes | None, token_ids, extra_keys: tuple = ()) -> bytes:
+    """Hash of one full block of token ids, chained to the hash of the block before it."""
+    extra = repr(extra_keys).encode() if extra_keys else b""
+    return _h(parent or _ROOT, array("q", token_ids).tobytes(), extra)
+
+
+def hash_id_chain(hash_ids, extra_keys: tuple = ()) -> list[bytes]:
+    """Chain trace-level hash ids: entry j names ids 0..j together."""
+    extra = repr(extra_keys).encode() if extra_keys else b""
+    out, prev = [], _ROOT
+    for hid in hash_ids:
+        prev = _h(prev, int(hid).to_bytes(8, "little", signed=True), extra)
+        out.append(prev)
+    return out
+
+
+def extend_block_hashes(request: Request, block_size: int, num_blocks: int) -> list:
+    """Make `request.block_hashes` hold at least `num_blocks` hashes where the content is known.
+
+    Only full blocks get a hash. Requests with neither token ids nor hash ids get none: their
+    blocks can never be shared, which is what a length-only trace means.
+    """
+    hashes = request.block_hashes
+    have = len(hashes)
+    if have >= num_blocks:
+        return hashes
+    if request.prompt_token_ids is not None:
+        tokens = request.prompt_token_ids
+        if num_blocks * block_size > len(tokens):
+            tokens = request.all_token_ids()
+        num_blocks = min(num_blocks, len(tokens) // block_size)
+        prev = hashes[-1] if hashes else None
+        for i in range(have, num_blocks):
+            prev = hash_token_block(prev, tokens[i * block_size:(i + 1) * block_size], request.extra_keys)
+            hashes.append(prev)
+    elif request.prefix_hash_ids is not None:
+        id_size = request.hash_id_block_size
+        covered = min(request.num_prompt_tokens, len(request.prefix_hash_ids) * id_size)
+        num_blocks = min(num_blocks, covered // block_size)
+        if have < num_blocks:
+            chain = hash_id_chain(request.prefix_hash_ids[:((num_blocks * block_size - 1) // id_size) + 1],
+                                  request.extra_keys)
+            for i in range(have, num_blocks):
+                # The chained id covering the block's last token names every token up to it.
+                hashes.append(chain[((i + 1) * block_size - 1) // id_size] + i.to_bytes(4, "little"))
+    return hashes

@@ -1,0 +1,108 @@
+"""Queue orders. A policy is one small class: `key(request, kv)` sorts waiting requests (lower
+is served first) and `victim_key(request)` picks whom to preempt (highest goes first).
+
+`static_order` promises that keys do not change while requests wait, so the scheduler can keep
+the waiting queue in a heap, and the simulator's fast path can rely on a blocked head staying
+blocked. `preemptive` lets a waiting request preempt running work of lower priority.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .request import Request
+
+
+@dataclass(slots=True)
+class Policy:
+    name = "base"
+    static_order = True
+    preemptive: bool = False
+
+    def key(self, request: Request, kv=None) -> tuple:
+        raise NotImplementedError
+
+    def victim_key(self, request: Request) -> tuple:
+        return self.key(request)
+
+
+@dataclass(slots=True)
+class FCFS(Policy):
+    """First come, first served: the oldest request first; the newest is preempted first."""
+
+    name = "fcfs"
+
+    def key(self, request, kv=None):
+        return (request.arrival_time, request.seq)
+
+
+@dataclass(slots=True)
+class Priority(Policy):
+    """The article's dynamic priority  P = a*wait_time + b*expected_latency + c*business_value.
+
+    wait_time = now - arrival_time, so P - a*now is fixed per request: the order of two requests
+    never changes while both wait, yet an old request overtakes newer ones of higher value
+    (aging). expected_latency is the request's expected size in tokens (prompt + expected
+    output). vLLM's integer `priority` (lower = more urgent) ranks first; P orders within it.
+    A high-priority arrival may preempt lower-priority running work.
+    """
+
+    name = "priority"
+    preemptive: bool = True
+    a: float = 1.0
+    b: float = 0.0
+    c: float = 1.0
+
+    def key(self, request, kv=None):
+        expected = request.num_prompt_tokens + (request.expected_output_tokens or request.max_output_tokens)
+        score = self.b * expected + self.c * request.business_value - self.a * request.arrival_time
+        return (request.priority, -score, request.seq)
+
+
+@dataclass(slots=True)
+class SJF(Policy):
+    """Shortest expected job first (prompt + expected output tokens)."""
+
+    name = "sjf"
+
+    def key(self, request, kv=None):
+        expected = request.num_prompt_tokens + (request.expected_output_tokens or request.max_output_tokens)
+        return (expected, request.arrival_time, request.seq)
+
+
+@dataclass(slots=True)
+class EDF(Policy):
+    """Earliest deadline first; the deadline comes from a per-request SLO (inf when none)."""
+
+    name = "edf"
+
+    def key(self, request, kv=None):
+        return (request.deadline, request.arrival_time, request.seq)
+
+
+@dataclass(slots=True)
+class LPM(Policy):
+    """Longest cached prefix first (SGLang's LPM): more reuse, less prefill.
+
+    Hit lengths change as the cache changes, so the queue is re-sorted at each step.
+    """
+
+    name = "lpm"
+    static_order = False
+
+    def key(self, request, kv=None):
+        hit = kv.get_computed_blocks(request)[1] if kv is not None else 0
+        return (-hit, request.arrival_time, request.seq)
+
+    def victim_key(self, request):
+        return (request.arrival_time, request.seq)
+
+
+POLICIES: dict[str, type[Policy]] = {p.name: p for p in (FCFS, Priority, SJF, EDF, LPM)}
+
+
+def make_policy(spec: str | Policy) -> Policy:
+    if isinstance(spec, Policy):
+        return spec
+    if spec not in POLICIES:
+        raise ValueError(f"policy={spec!r}: expected one of {sorted(POLICIES)}")
+    return POLICIES[spec]()

@@ -1,0 +1,184 @@
+"""What the scheduler needs to know about a request, and nothing it does not.
+
+A request carries either real token ids (the engine) or only a prompt length, optionally with
+precomputed prefix hash ids (simulator traces such as Mooncake's). Steady-decode requests are
+advanced as a group by `DecodeBatch`: while a request belongs to it, its counters are stored
+relative to the batch clock and read through properties, so a decode step does not touch it.
+"""
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass, field
+
+
+class RequestStatus(enum.IntEnum):
+    WAITING = 0
+    RUNNING = 1
+    SWAPPED = 2
+    FINISHED_STOPPED = 3
+    FINISHED_LENGTH = 4
+    FINISHED_ABORTED = 5
+    REJECTED = 6
+
+    @property
+    def is_finished(self) -> bool:
+        return self >= RequestStatus.FINISHED_STOPPED
+
+
+FINISH_REASONS = {
+    RequestStatus.FINISHED_STOPPED: "stop",
+    RequestStatus.FINISHED_LENGTH: "length",
+    RequestStatus.FINISHED_ABORTED: "abort",
+    RequestStatus.REJECTED: "rejected",
+}
+
+
+@dataclass(slots=True)
+class SamplingParams:
+    """Sampling parameters as vLLM names them; the scheduler reads `max_tokens`, `n` and stops."""
+
+    max_tokens: int = 16
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    seed: int | None = None
+    n: int = 1
+    stop_token_ids: list[int] = field(default_factory=list)
+    stop: list[str] = field(default_factory=list)
+    ignore_eos: bool = False
+
+    def __post_init__(self) -> None:
+        checks = [
+            (isinstance(self.max_tokens, int) and self.max_tokens >= 1, "max_tokens", "an integer >= 1"),
+            (self.temperature >= 0.0, "temperature", "a value >= 0"),
+            (isinstance(self.top_k, int) and self.top_k >= 0, "top_k", "an integer >= 0 (0 = off)"),
+            (0.0 < self.top_p <= 1.0, "top_p", "a value in (0, 1]"),
+            (isinstance(self.n, int) and self.n >= 1, "n", "an integer >= 1"),
+        ]
+        for ok, name, expected in checks:
+            if not ok:
+                raise ValueError(f"SamplingParams.{name}={getattr(self, name)!r}: expected {expected}")
+        if isinstance(self.stop, str):
+            self.stop = [self.stop]
+
+
+class Request:
+    """One sequence the scheduler serves.
+
+    `num_computed_tokens` counts tokens whose KV is in the cache; `num_tokens` counts prompt plus
+    output. A request is decode-ready when exactly its last token is not yet computed.
+    """
+
+    __slots__ = (
+        "request_id", "prompt_token_ids", "num_prompt_tokens", "prefix_hash_ids", "hash_id_block_size",
+        "sampling_params", "stop_token_ids", "arrival_time", "priority", "business_value", "deadline",
+        "expected_output_tokens", "extra_keys", "max_output_tokens",
+        "status", "stop_reason", "output_token_ids", "block_hashes",
+        "_num_computed", "_num_output", "_batch", "_clock0", "_finish_clock",
+        "num_preemptions", "num_cached_tokens", "first_scheduled_time", "first_token_time",
+        "finished_time", "parent", "index", "seq",
+    )
+
+    def __init__(
+        self,
+        request_id: str,
+        prompt_token_ids: list[int] | None = None,
+        *,
+        num_prompt_tokens: int | None = None,
+        sampling_params: SamplingParams | None = None,
+        max_tokens: int | None = None,
+        arrival_time: float = 0.0,
+        prefix_hash_ids: list[int] | None = None,
+        hash_id_block_size: int = 512,
+        priority: int = 0,
+        business_value: float = 0.0,
+        deadline: float = math.inf,
+        expected_output_tokens: int | None = None,
+        extra_keys: tuple = (),
+        eos_token_id: int | None = None,
+    ) -> None:
+        if prompt_token_ids is not None:
+            prompt_token_ids = list(prompt_token_ids)
+            if num_prompt_tokens is not None and num_prompt_tokens != len(prompt_token_ids):
+                raise ValueError(f"request {request_id}: num_prompt_tokens={num_prompt_tokens} "
+                                 f"but {len(prompt_token_ids)} prompt token ids were given")
+            num_prompt_tokens = len(prompt_token_ids)
+        if not num_prompt_tokens or num_prompt_tokens < 1:
+            raise ValueError(f"request {request_id}: empty prompt (num_prompt_tokens={num_prompt_tokens!r}); "
+                             "expected at least one token")
+        if sampling_params is None:
+            sampling_params = SamplingParams(max_tokens=max_tokens if max_tokens is not None else 16,
+                                             ignore_eos=True)
+        elif max_tokens is not None:
+            raise ValueError(f"request {request_id}: give max_tokens or sampling_params, not both")
+        if prefix_hash_ids is not None and hash_id_block_size < 1:
+            raise ValueError(f"request {request_id}: hash_id_block_size={hash_id_block_size}: expected >= 1")
+        self.request_id = request_id
+        self.prompt_token_ids = prompt_token_ids
+        self.num_prompt_tokens = num_prompt_tokens
+        self.prefix_hash_ids = prefix_hash_ids
+        self.hash_id_block_size = hash_id_block_size
+        self.sampling_params = sampling_params
+        # The tokens that end this request: the user's stop ids, and EOS unless ignore_eos.
+        stops = set(sampling_params.stop_token_ids)
+        if eos_token_id is not None and not sampling_params.ignore_eos:
+            stops.add(eos_token_id)
+        self.stop_token_ids = frozenset(stops)
+        self.arrival_time = arrival_time
+        self.priority = priority
+        self.business_value = business_value
+        self.deadline = deadline
+        self.expected_output_tokens = expected_output_tokens
+        self.extra_keys = extra_keys
+        # Output limit after max_model_len and cache capacity are applied (set on admission).
+        self.max_output_tokens = sampling_params.max_tokens
+        self.status = RequestStatus.WAITING
+        self.stop_reason: str | None = None
+        # Real sampled tokens (engine); the simulator only counts them.
+        self.output_token_ids: list[int] = []
+        self.block_hashes: list = []
+        self._num_computed = 0
+        self._num_output = 0
+        self._batch = None
+        self._clock0 = 0
+        self._finish_clock = -1
+        self.num_preemptions = 0
+        self.num_cached_tokens = -1
+        self.first_scheduled_time: float | None = None
+        self.first_token_time: float | None = None
+        self.finished_time: float | None = None
+        self.parent: Request | None = None
+        self.index = 0
+        self.seq = 0
+
+    # -- counters, lazy while the request is in the decode batch --------------------------------
+    @property
+    def num_computed_tokens(self) -> int:
+        b = self._batch
+        return self._num_computed if b is None else self._num_computed + b.clock - self._clock0
+
+    @property
+    def num_output_tokens(self) -> int:
+        b = self._batch
+        return self._num_output if b is None else self._num_output + b.clock - self._clock0
+
+    @property
+    def num_tokens(self) -> int:
+        return self.num_prompt_tokens + self.num_output_tokens
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status >= RequestStatus.FINISHED_STOPPED
+
+    @property
+    def finish_reason(self) -> str | None:
+        return FINISH_REASONS.get(self.status)
+
+    def all_token_ids(self) -> list[int]:
+        """Prompt plus output ids; only for requests that carry real tokens."""
+        return self.prompt_token_ids + self.output_token_ids
+
+    def __repr__(self) -> str:
+        return (f"Request({self.request_id!r}, status={self.status.name}, prompt={self.num_prompt_tokens}, "
+                f"computed={self.num_computed_tokens}, output={self.num_output_tokens})")

@@ -1,0 +1,372 @@
+"""The continuous-batching scheduler shared by the simulator and the engine.
+
+Driver contract (see DESIGN.md):
+
+    scheduler.add_request(request)
+    out = scheduler.schedule(now)
+    tokens = driver.run(out)                       # cost model, or model forward + sampler
+    finished = scheduler.update_from_output(out, tokens, now)
+
+Each step, in this order: the decode batch takes one token per member (the budget always
+covers it: max_num_batched_tokens >= max_num_seqs), and members crossing into a new block get
+one, preempting the lowest-priority running request when the pool is empty; then running
+prefills continue (chunked, in priority order); then swapped requests come back and waiting
+ones are admitted while the budget, max_num_seqs and the blocks (above the watermark) allow.
+
+The scheduler never reads a clock and never sleeps: time comes in as `now`. Steady-decode
+requests live in a `DecodeBatch`, so a step's cost does not grow with the number of decoding
+requests; `max_uniform_decode_steps` and `advance_decode_steps` give the simulator k such
+steps at once, with the same result as k single steps.
+"""
+from __future__ import annotations
+
+from .config import CacheConfig, SchedulerConfig
+from .decode_batch import DecodeBatch
+from .outputs import SchedulerOutput
+from .request import Request, RequestStatus
+from .request_queue import RequestQueue
+from .scheduler_base import BaseScheduler
+
+
+class Scheduler(BaseScheduler):
+    def __init__(self, cache_config: CacheConfig, scheduler_config: SchedulerConfig) -> None:
+        super().__init__(cache_config, scheduler_config)
+        self.decode = DecodeBatch(cache_config.block_size)
+        self.prefilling: dict[Request, None] = {}  # running requests scheduled one by one
+        self.swapped = RequestQueue(self.policy, RequestStatus.SWAPPED, self.kv)
+        self._admission_blocked = False  # the last admission attempt failed for a lasting reason
+
+    @property
+    def num_running(self) -> int:
+        return len(self.decode.members) + len(self.prefilling)
+
+    def _changed(self) -> None:
+        self._admission_blocked = False
+
+    def _remove(self, req: Request) -> None:
+        st = req.status
+        if st == RequestStatus.RUNNING:
+            if req._batch is not None:
+                self.decode.leave(req)
+            else:
+                del self.prefilling[req]
+            self.kv.cache_full_blocks(req, req._num_computed)
+        elif st == RequestStatus.WAITING:
+            self.waiting.discard(req)
+        elif st == RequestStatus.SWAPPED:
+            self.swapped.discard(req)
+
+    # -- scheduling ---------------------------------------------------------------------------
+    def schedule(self, now: float) -> SchedulerOutput:
+        kv, dec, policy = self.kv, self.decode, self.policy
+        out = SchedulerOutput([], [], [])
+        victim_key = policy.victim_key
+
+        # 1. Decode members crossing into a new block need one; preempt if the pool is empty.
+        crossers = dec.crossers()
+        if crossers:
+            for req in list(crossers):
+                if req._batch is not dec:
+                    continue  # preempted above to make room
+                while not kv.append_block(req):
+                    victim = self._pick_victim()
+                    self._preempt(victim, out)
+                    if victim is req:
+                        break
+
+        # 2. Running prefills (chunks, recomputes, first steps after a fork), by priority.
+        cfg = self.config
+        budget = cfg.max_num_batched_tokens - len(dec.members)
+        # The per-prompt cap only splits prompts when chunking is on; without it prompts go whole.
+        threshold = ((cfg.long_prefill_token_threshold if cfg.enable_chunked_prefill else 0)
+                     or cfg.max_num_batched_tokens)
+        if self.prefilling:
+            for req in sorted(self.prefilling, key=victim_key):
+                if req.status != RequestStatus.RUNNING or budget <= 0:
+                    continue
+                n = min(req.num_tokens - req._num_computed, budget, threshold)
+                while not kv.allocate_slots(req, n):
+                    victim = self._pick_victim(lower_than=req)
+                    if victim is None:
+                        n = 0  # wait for room; it keeps its blocks
+                        break
+                    budget += self._preempt(victim, out)
+                if n:
+                    self._schedule_prefill(req, n, out)
+                    budget -= n
+
+        # 3. Queued requests, swapped and waiting together in the policy's order, come back
+        # (swap in) or are admitted. `blocked` says why the head could not be: "seqs" and
+        # "blocks" last while nothing finishes, arrives or is aborted ("blocks" only under a
+        # static order); "budget" may clear at the next step.
+        blocked = None
+        while budget > 0:
+            req = self._next_queued()
+            if req is None or req in out.preempted:
+                break  # a request preempted in this very step is not back before the next one
+            nseq = req.sampling_params.n if req.parent is None and req._num_output == 0 else 1
+            if self.num_running + nseq > cfg.max_num_seqs:
+                blocked, n = "seqs", 0
+            elif req.status == RequestStatus.SWAPPED:
+                blocked, n = self._swap_in(req, budget, threshold, out)
+            else:
+                blocked, n = self._admit(req, budget, threshold, now, out)
+            if blocked is None:
+                budget -= n
+                continue
+            gave = self._preempt_for(req, out) if policy.preemptive and blocked != "budget" else None
+            if gave is None:
+                break
+            budget += gave
+            blocked = None
+        self._admission_blocked = blocked == "seqs" or (blocked == "blocks" and policy.static_order)
+
+        out.decode_requests = list(dec.members)
+        out.num_decode_tokens = len(dec.members)
+        out.decode_context_sum = dec.context_sum
+        out.blocks_to_copy = kv.take_pending_copies()
+        if out.num_seqs:
+            self._count_step(out.num_seqs, out.num_scheduled_tokens)
+        return out
+
+    def _next_queued(self) -> Request | None:
+        """The better of the swapped head and the waiting head, by the policy's order."""
+        w, sw = self.waiting.peek(), self.swapped.peek()
+        if sw is None or w is None:
+            return w if sw is None else sw
+        key = self.policy.key
+        return sw if key(sw, self.kv) <= key(w, self.kv) else w
+
+    def _swap_in(self, req: Request, budget: int, threshold: int, out: SchedulerOutput) -> tuple[str | None, int]:
+        """Bring a swapped request back; (why it could not be, tokens scheduled for it)."""
+        kv = self.kv
+        mapping = kv.swap_in(req, self.cache_config.watermark_blocks if self.num_running else 0)
+        if mapping is None:
+            return "blocks", 0
+        self.swapped.pop()
+        out.blocks_to_swap_in.extend(mapping)
+        req.status = RequestStatus.RUNNING
+        kv.cache_full_blocks(req, req._num_computed)
+        self.prefilling[req] = None
+        n = min(req.num_tokens - req._num_computed, budget, threshold)
+        if not kv.allocate_slots(req, n):
+            return None, 0  # back, but it waits (running, holding its blocks) for room
+        self._schedule_prefill(req, n, out)
+        return None, n
+
+    def _admit(self, req: Request, budget: int, threshold: int, now: float,
+               out: SchedulerOutput) -> tuple[str | None, int]:
+        """Admit a waiting request with its prefix-cache hits; (why it could not be, tokens scheduled)."""
+        kv = self.kv
+        hits, num_hit = kv.get_computed_blocks(req)
+        n_new = req.num_tokens - num_hit
+        n = min(n_new, budget, threshold)
+        if n < n_new and not self.config.enable_chunked_prefill:
+            return "budget", 0
+        if not kv.allocate_slots(req, n, hits, self.cache_config.watermark_blocks if self.num_running else 0):
+            return "blocks", 0
+        self.waiting.pop()
+        req.status = RequestStatus.RUNNING
+        req._num_computed = num_hit
+        kv.record_prefix_query(req.num_tokens, num_hit)
+        if req.num_cached_tokens < 0:
+            req.num_cached_tokens = num_hit
+        if req.first_scheduled_time is None:
+            req.first_scheduled_time = now
+        self.prefilling[req] = None
+        self._schedule_prefill(req, n, out)
+        return None, n
+
+    def _schedule_prefill(self, req: Request, n: int, out: SchedulerOutput) -> None:
+        out.prefill_requests.append(req)
+        out.prefill_num_tokens.append(n)
+        out.num_prefill_tokens += n
+        out.prefill_attention_pairs += n * req._num_computed + n * (n + 1) // 2
+
+    def _running(self):
+        yield from self.decode.members
+        yield from self.prefilling
+
+    def _pick_victim(self, lower_than: Request | None = None) -> Request | None:
+        """The running request the policy values least; with `lower_than`, only if it ranks
+        below that request (a request never preempts its betters)."""
+        key = self.policy.victim_key
+        victim = max(self._running(), key=key, default=None)
+        if victim is not None and lower_than is not None and (victim is lower_than or key(victim) <= key(lower_than)):
+            return None
+        return victim
+
+    def _preempt_for(self, req: Request, out: SchedulerOutput) -> int | None:
+        """Preemptive policies: make room for a waiting request by preempting lower-priority
+        work. Returns the budget given back, or None when nobody ranks below the request."""
+        key = self.policy.key
+        victim = max(self._running(), key=key, default=None)
+        if victim is None or key(victim) <= key(req):
+            return None
+        return self._preempt(victim, out)
+
+    def _preempt(self, req: Request, out: SchedulerOutput) -> int:
+        """Preempt a running request (swap or recompute); returns the budget it gave back."""
+        kv = self.kv
+        gave = 0
+        if req._batch is not None:
+            self.decode.leave(req)
+            gave = 1
+        else:
+            del self.prefilling[req]
+            i = next((i for i, r in enumerate(out.prefill_requests) if r is req), None)
+            if i is not None:  # scheduled earlier in this very step: take it back
+                n = out.prefill_num_tokens.pop(i)
+                out.prefill_requests.pop(i)
+                out.num_prefill_tokens -= n
+                out.prefill_attention_pairs -= n * req._num_computed + n * (n + 1) // 2
+                gave = n
+        req.num_preemptions += 1
+        self.num_preemptions += 1
+        out.preempted.append(req)
+        mapping = kv.swap_out(req) if self.config.preemption_mode == "swap" else None
+        if mapping is not None:
+            out.blocks_to_swap_out.extend(mapping)
+            self.swapped.push(req)
+        else:
+            kv.cache_full_blocks(req, req._num_computed)
+            kv.free(req)
+            req._num_computed = 0
+            self.waiting.push(req)
+        return gave
+
+    # -- results of a step --------------------------------------------------------------------
+    def update_from_output(self, out: SchedulerOutput, sampled_tokens: dict[str, list[int]] | None = None,
+                           now: float = 0.0) -> list[Request]:
+        """Apply a step's results. `sampled_tokens` maps request id -> the tokens sampled for it
+        (one, or n for a parallel-sampling request finishing its prompt); the simulator passes
+        None and tokens are only counted. Returns the requests that finished."""
+        dec = self.decode
+        finished: list[Request] = []
+        stopped: list[Request] = []
+        if sampled_tokens is not None:
+            for req in out.decode_requests:
+                if req._batch is dec:
+                    tok = sampled_tokens[req.request_id][0]
+                    req.output_token_ids.append(tok)
+                    if tok in req.stop_token_ids:
+                        stopped.append(req)
+        # Counters move with the clock, so members leave only after it has advanced.
+        for req in dec.advance():
+            if req.status == RequestStatus.RUNNING and req not in stopped:
+                self._finish(req, RequestStatus.FINISHED_LENGTH, now)
+                finished.append(req)
+        for req in stopped:
+            self._finish(req, RequestStatus.FINISHED_STOPPED, now)
+            finished.append(req)
+
+        kv = self.kv
+        num_cached = len(kv.pool.cached)
+        for req, n in zip(out.prefill_requests, out.prefill_num_tokens, strict=True):
+            if req.status != RequestStatus.RUNNING or req._batch is not None:
+                continue  # aborted since the step was scheduled
+            req._num_computed += n
+            kv.cache_full_blocks(req, req._num_computed)
+            if req._num_computed < req.num_tokens:
+                continue  # more prompt to go
+            toks = sampled_tokens[req.request_id] if sampled_tokens is not None else None
+            family = self._fork(req, toks) if (req.sampling_params.n > 1 and req.parent is None
+                                                 and req._num_output == 0) else [(req, toks)]
+            for r, t in family:
+                self._sampled(r, t, now, finished)
+        if len(kv.pool.cached) != num_cached:
+            self._changed()  # new prefix-cache entries may shorten what a blocked head needs
+        return finished
+
+    def _sampled(self, req: Request, toks, now: float, finished: list[Request]) -> None:
+        """A request produced a token at the end of a non-decode step: finish it or let it decode."""
+        req._num_output += 1
+        if req.first_token_time is None:
+            req.first_token_time = now
+        status = None
+        if toks is not None:
+            req.output_token_ids.append(toks[0])
+            if toks[0] in req.stop_token_ids:
+                status = RequestStatus.FINISHED_STOPPED
+        if status is None and req._num_output >= req.max_output_tokens:
+            status = RequestStatus.FINISHED_LENGTH
+        if status is not None:
+            self._finish(req, status, now)
+            finished.append(req)
+        elif not self.kv.last_block_shared(req):
+            del self.prefilling[req]
+            self.decode.join(req)
+        # else: it stays in `prefilling`, so its next write goes through copy-on-write
+
+    def _fork(self, parent: Request, toks) -> list[tuple[Request, list[int] | None]]:
+        """Parallel sampling: n sequences share the prompt's blocks after its prefill."""
+        n = parent.sampling_params.n
+        family = [(parent, toks[0:1] if toks is not None else None)]
+        for i in range(1, n):
+            child = Request(f"{parent.request_id}-{i}", parent.prompt_token_ids,
+                            num_prompt_tokens=parent.num_prompt_tokens, sampling_params=parent.sampling_params,
+                            arrival_time=parent.arrival_time, prefix_hash_ids=parent.prefix_hash_ids,
+                            hash_id_block_size=parent.hash_id_block_size, priority=parent.priority,
+                            business_value=parent.business_value, deadline=parent.deadline,
+                            expected_output_tokens=parent.expected_output_tokens, extra_keys=parent.extra_keys)
+            child.stop_token_ids = parent.stop_token_ids
+            child.parent, child.index, child.seq = parent, i, parent.seq
+            child.max_output_tokens = parent.max_output_tokens
+            child.status = RequestStatus.RUNNING
+            child._num_computed = parent._num_computed
+            child.num_cached_tokens = parent.num_cached_tokens
+            child.first_scheduled_time = parent.first_scheduled_time
+            self.kv.fork(parent, child)
+            self.requests[child.request_id] = child
+            self.prefilling[child] = None
+            family.append((child, toks[i:i + 1] if toks is not None else None))
+        return family
+
+    # -- the simulator's exact fast path ------------------------------------------------------
+    def max_uniform_decode_steps(self) -> int:
+        """How many next steps are pure decode with nothing changing: no prefill, no possible
+        admission, no finish before the last of them, blocks enough for every boundary crossed.
+        0 when the next step is not such a step. Valid between `update_from_output` and the
+        next `schedule`, when no request was added or aborted since the last `schedule`."""
+        dec = self.decode
+        if self.prefilling or not dec.members or self.kv.pending_copies:
+            return 0
+        if (self.waiting or self.swapped) and not self._admission_blocked:
+            return 0
+        k = dec.steps_to_next_finish()
+        return dec.steps_with_blocks(self.kv.num_free_blocks, k)
+
+    def uniform_step_shape(self) -> tuple[int, int]:
+        """(num_decode_tokens, decode_context_sum) of the next decode step; each later step of a
+        uniform window adds num_decode_tokens to the context sum."""
+        return len(self.decode.members), self.decode.context_sum
+
+    def block_needs(self, k: int) -> list[int]:
+        """New blocks each of the next k uniform decode steps allocates."""
+        return self.decode.block_needs(k)
+
+    def advance_decode_steps(self, k: int, now: float) -> list[Request]:
+        """Take k uniform decode steps at once (k <= max_uniform_decode_steps()), with synthetic
+        tokens. Identical to k rounds of schedule/update; `now` is the end of the last step."""
+        dec, kv = self.decode, self.kv
+        append_block = kv.append_block
+        n = len(dec.members)
+        for _ in range(k - 1):
+            for req in dec.crossers():
+                append_block(req)
+            if dec.advance():
+                raise RuntimeError("advance_decode_steps: a request finished inside the window")
+        for req in dec.crossers():
+            append_block(req)
+        finished = dec.advance()
+        for req in finished:
+            self._finish(req, RequestStatus.FINISHED_LENGTH, now)
+        self._count_step(n, n, k)
+        return finished
+
+    # -- figures ------------------------------------------------------------------------------
+    def _num_computed_running(self) -> int:
+        return self.decode.context_sum - len(self.decode.members) + sum(r._num_computed for r in self.prefilling)
+
+    def _queue_depth(self) -> tuple[int, int]:
+        return len(self.waiting), len(self.swapped)

@@ -1,0 +1,148 @@
+"""What every scheduler shares: the request registry, rejection of requests that can never
+run, aborts, counters and statistics. `Scheduler` (continuous batching) and
+`StaticBatchScheduler` (the traditional baseline) differ only in how they schedule.
+"""
+from __future__ import annotations
+
+from .config import CacheConfig, SchedulerConfig
+from .kv_cache import KVCacheManager
+from .metrics import SchedulerStats
+from .policies import make_policy
+from .request import Request, RequestStatus
+from .request_queue import RequestQueue
+
+
+class BaseScheduler:
+    def __init__(self, cache_config: CacheConfig, scheduler_config: SchedulerConfig) -> None:
+        scheduler_config.check_block_size(cache_config.block_size)
+        self.cache_config = cache_config
+        self.config = scheduler_config
+        self.block_size = cache_config.block_size
+        self.kv = KVCacheManager(cache_config)
+        self.policy = make_policy(scheduler_config.policy)
+        self.waiting = RequestQueue(self.policy, RequestStatus.WAITING, self.kv)
+        self.requests: dict[str, Request] = {}  # unfinished requests by id
+        self.capacity_tokens = cache_config.num_gpu_slots
+        self.max_len = min(scheduler_config.max_model_len, self.capacity_tokens)
+        self._seq = 0
+        self.num_preemptions = 0
+        self.num_finished = 0
+        self.num_rejected = 0
+        self.num_aborted = 0
+        self.num_steps = 0
+        self.num_scheduled_seqs = 0  # summed over steps: effective batch size = this / num_steps
+        self.num_scheduled_tokens = 0
+        self.last_batch_size = 0
+        self.rejected: list[Request] = []
+
+    # -- hooks for the concrete schedulers ----------------------------------------------------
+    @property
+    def num_running(self) -> int:
+        raise NotImplementedError
+
+    def _remove(self, req: Request) -> None:
+        """Take an unfinished request out of the scheduler's queues and batches."""
+        raise NotImplementedError
+
+    def _changed(self) -> None:
+        """A request arrived or left: whatever the scheduler concluded about admission is stale."""
+
+    def _reject_reason(self, request: Request) -> str | None:
+        p = request.num_prompt_tokens
+        if p > self.config.max_model_len:
+            return f"prompt of {p} tokens exceeds max_model_len={self.config.max_model_len}"
+        if p > self.capacity_tokens:
+            return (f"prompt of {p} tokens can never fit in the KV cache "
+                    f"({self.cache_config.num_gpu_blocks} blocks of {self.block_size} tokens)")
+        if request.sampling_params.n > self.config.max_num_seqs:
+            return f"n={request.sampling_params.n} exceeds max_num_seqs={self.config.max_num_seqs}"
+        return None
+
+    # -- requests in and out ------------------------------------------------------------------
+    def has_unfinished_requests(self) -> bool:
+        return bool(self.requests)
+
+    def add_request(self, request: Request) -> None:
+        """Queue a request, or reject it (status REJECTED, reason in `stop_reason`, counted)
+        when it can never run: its prompt exceeds max_model_len or the whole cache."""
+        if request.request_id in self.requests:
+            raise ValueError(f"request id {request.request_id!r} is already in the scheduler")
+        request.seq = self._seq
+        self._seq += 1
+        # The output stops at max_model_len (and at the cache's size): no request can outgrow
+        # the cache on its own, which is what makes preemption always able to make progress.
+        request.max_output_tokens = max(1, min(request.sampling_params.max_tokens,
+                                               self.max_len - request.num_prompt_tokens))
+        reason = self._reject_reason(request)
+        if reason is not None:
+            request.status = RequestStatus.REJECTED
+            request.stop_reason = reason
+            self.num_rejected += 1
+            self.rejected.append(request)
+            return
+        self.requests[request.request_id] = request
+        self.waiting.push(request)
+        self._changed()
+
+    def abort(self, request_id: str, now: float | None = None) -> Request | None:
+        """Stop a request in any state and release all its blocks."""
+        req = self.requests.get(request_id)
+        if req is not None:
+            self._finish(req, RequestStatus.FINISHED_ABORTED, now)
+        return req
+
+    def finish_request(self, request_id: str, now: float, status=RequestStatus.FINISHED_STOPPED) -> None:
+        """For the driver: end a request for a reason only it can see (a stop string)."""
+        req = self.requests.get(request_id)
+        if req is not None:
+            self._finish(req, status, now)
+
+    def _finish(self, req: Request, status: RequestStatus, now: float | None) -> None:
+        self._remove(req)
+        self.kv.free(req)
+        req.status = status
+        req.finished_time = now
+        del self.requests[req.request_id]
+        if status == RequestStatus.FINISHED_ABORTED:
+            self.num_aborted += 1
+        else:
+            self.num_finished += 1
+        self._changed()
+
+    def _count_step(self, num_seqs: int, num_tokens: int, k: int = 1) -> None:
+        self.num_steps += k
+        self.num_scheduled_seqs += k * num_seqs
+        self.num_scheduled_tokens += k * num_tokens
+        self.last_batch_size = num_seqs
+
+    # -- figures ------------------------------------------------------------------------------
+    def _num_computed_running(self) -> int:
+        raise NotImplementedError
+
+    def _queue_depth(self) -> tuple[int, int]:
+        """(waiting, swapped)"""
+        return len(self.waiting), 0
+
+    def stats(self) -> SchedulerStats:
+        kv = self.kv
+        computed = self._num_computed_running()
+        slots = kv.num_table_slots
+        used_slots = kv.pool.num_used_blocks * self.block_size
+        waiting, swapped = self._queue_depth()
+        return SchedulerStats(
+            num_requests_running=self.num_running,
+            num_requests_waiting=waiting,
+            num_requests_swapped=swapped,
+            kv_cache_usage_perc=kv.usage,
+            kv_cache_tokens_perc=max(0, used_slots - (slots - computed)) / self.capacity_tokens,
+            fragmentation=(slots - computed) / slots if slots else 0.0,
+            prefix_cache_queries=kv.prefix_cache_queries,
+            prefix_cache_hits=kv.prefix_cache_hits,
+            num_preemptions=self.num_preemptions,
+            num_finished=self.num_finished,
+            num_rejected=self.num_rejected,
+            num_aborted=self.num_aborted,
+            num_steps=self.num_steps,
+            effective_batch_size=self.last_batch_size,
+            queue_depth=waiting + swapped,
+        )

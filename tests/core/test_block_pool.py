@@ -1,0 +1,102 @@
+"""BlockPool invariants under random operations (hypothesis stateful test)."""
+import hypothesis.strategies as st
+import pytest
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from paged.block_pool import BlockPool
+
+NUM_BLOCKS = 12
+
+
+class BlockPoolMachine(RuleBasedStateMachine):
+    def __init__(self):
+        super().__init__()
+        self.pool = BlockPool(NUM_BLOCKS)
+        self.holders: list[list] = []  # each holder owns one reference to each of its blocks
+
+    @rule(n=st.integers(1, 4))
+    def allocate(self, n):
+        if n > self.pool.num_free_blocks:
+            with pytest.raises(RuntimeError):
+                self.pool.allocate_n(n)
+            return
+        blocks = self.pool.allocate_n(n)
+        assert all(b.ref_cnt == 1 and b.block_hash is None for b in blocks)
+        self.holders.append(blocks)
+
+    @precondition(lambda self: self.holders)
+    @rule(i=st.integers(0, 100))
+    def free(self, i):
+        blocks = self.holders.pop(i % len(self.holders))
+        self.pool.free(reversed(blocks))
+
+    @precondition(lambda self: self.holders)
+    @rule(i=st.integers(0, 100), h=st.integers(0, 5))
+    def cache(self, i, h):
+        blocks = self.holders[i % len(self.holders)]
+        self.pool.cache(blocks[0], ("h", h))
+
+    @rule(h=st.integers(0, 5))
+    def hit(self, h):
+        b = self.pool.get_cached(("h", h))
+        if b is not None:
+            assert b.block_hash == ("h", h)
+            self.pool.touch([b])
+            self.holders.append([b])
+
+    @precondition(lambda self: any(b.ref_cnt == 0 for b in self.pool.blocks))
+    @rule()
+    def double_free_is_refused(self):
+        b = next(b for b in self.pool.blocks if b.ref_cnt == 0)
+        with pytest.raises(RuntimeError, match="double free"):
+            self.pool.free([b])
+
+    @invariant()
+    def ref_counts_equal_holders(self):
+        counts = [0] * NUM_BLOCKS
+        for blocks in self.holders:
+            for b in blocks:
+                counts[b.block_id] += 1
+        assert [b.ref_cnt for b in self.pool.blocks] == counts
+        assert self.pool.num_free_blocks == counts.count(0)
+        assert set(self.pool._free) == {i for i, c in enumerate(counts) if c == 0}
+
+    @invariant()
+    def cache_map_is_consistent(self):
+        for h, b in self.pool.cached.items():
+            assert b.block_hash == h
+
+    def teardown(self):
+        for blocks in self.holders:
+            self.pool.free(reversed(blocks))
+        self.pool.reset_prefix_cache()
+        assert self.pool.num_free_blocks == NUM_BLOCKS and not self.pool.cached
+
+
+TestBlockPool = BlockPoolMachine.TestCase
+
+
+def test_free_queue_evicts_uncached_first_then_lru_tail_first():
+    pool = BlockPool(6)
+    a = pool.allocate_n(3)  # a request's prefix: blocks 0, 1, 2
+    for i, b in enumerate(a):
+        pool.cache(b, i)
+    plain = pool.allocate_n(1)
+    pool.free(reversed(a))  # tail first
+    pool.free(plain)
+    order = [pool.allocate().block_id for _ in range(6)]
+    # never-used blocks and the plain one go before cached ones; among cached, the tail first
+    assert order[-3:] == [2, 1, 0]
+    assert set(order[:3]) == {3, 4, 5}
+    assert pool.num_evictions == 3 and not pool.cached
+
+
+def test_hit_on_free_cached_block_takes_it_off_the_free_queue():
+    pool = BlockPool(2)
+    (b,) = pool.allocate_n(1)
+    pool.cache(b, "x")
+    pool.free([b])
+    assert pool.num_free_blocks == 2
+    hit = pool.get_cached("x")
+    pool.touch([hit])
+    assert hit is b and b.ref_cnt == 1 and pool.num_free_blocks == 1

@@ -1,0 +1,73 @@
+"""The exact fast path: k uniform decode steps at once give what k single steps give."""
+from hypothesis import given, settings
+
+from paged.static_batching import StaticBatchScheduler
+
+from .workloads import configs, make_request, new_scheduler, request_specs
+
+
+def replay(make, specs, fast: bool):
+    """Drive a scheduler with unit-length steps; arrivals join before the step at their time."""
+    s = make()
+    pending = sorted((make_request(i, spec, False) for i, spec in enumerate(specs)), key=lambda r: r.arrival_time)
+    reqs = list(pending)
+    t = 0.0
+    windows = 0
+    while pending or s.has_unfinished_requests():
+        while pending and pending[0].arrival_time <= t:
+            s.add_request(pending.pop(0))
+        k = s.max_uniform_decode_steps() if fast else 0
+        if pending:  # every step of a window must start before the next arrival
+            k = min(k, int(pending[0].arrival_time - t))
+        if k >= 1:
+            s.advance_decode_steps(k, t + k)
+            t += k
+            windows += 1
+            continue
+        out = s.schedule(t)
+        if out.is_empty:
+            t = min([out.next_wakeup or float("inf")] + [r.arrival_time for r in pending[:1]])
+            continue
+        s.update_from_output(out, None, t + 1)
+        t += 1
+    records = [(r.request_id, r.status, r.first_scheduled_time, r.first_token_time, r.finished_time,
+                r.num_output_tokens, r.num_preemptions, r.num_cached_tokens) for r in reqs]
+    counters = (s.num_steps, s.num_scheduled_seqs, s.num_scheduled_tokens, s.num_preemptions,
+                s.kv.prefix_cache_queries, s.kv.prefix_cache_hits, s.kv.pool.num_evictions)
+    return records, counters, windows
+
+
+@settings(max_examples=settings().max_examples * 4)
+@given(cfg=configs(), specs=request_specs)
+def test_fast_path_equals_stepping(cfg, specs):
+    cache, sched = cfg
+    stepped = replay(lambda: new_scheduler(cache, sched), specs, fast=False)
+    fast = replay(lambda: new_scheduler(cache, sched), specs, fast=True)
+    assert fast[:2] == stepped[:2]
+
+
+@given(cfg=configs(), specs=request_specs)
+def test_static_batching_fast_path_equals_stepping(cfg, specs):
+    cache, sched = cfg
+    cache.num_gpu_blocks = 4 * sched.max_model_len  # room for a batch of reservations
+    make = lambda: StaticBatchScheduler(cache, sched, batch_size=3, batch_timeout_s=2.0)  # noqa: E731
+    stepped = replay(make, specs, fast=False)
+    fast = replay(make, specs, fast=True)
+    assert fast[:2] == stepped[:2]
+
+
+def test_fast_path_takes_long_windows():
+    """A lone batch with room to spare runs to its first finish in one window."""
+    from paged import CacheConfig, Request, SchedulerConfig
+    from paged.scheduler import Scheduler
+
+    s = Scheduler(CacheConfig(num_gpu_blocks=100, block_size=4), SchedulerConfig(max_num_seqs=4,
+                                                                                  max_num_batched_tokens=64))
+    for i, out_len in enumerate([50, 80]):
+        s.add_request(Request(f"{i}", num_prompt_tokens=10, max_tokens=out_len))
+    s.update_from_output(s.schedule(0.0), None, 1.0)  # both prefills: one token each
+    assert s.max_uniform_decode_steps() == 49
+    assert s.block_needs(8) == [0, 1, 0, 0, 0, 1, 0, 0][:8] or sum(s.block_needs(8)) == 4
+    done = s.advance_decode_steps(49, 50.0)
+    assert [r.request_id for r in done] == ["0"] and done[0].num_output_tokens == 50
+    assert s.max_uniform_decode_steps() == 30

@@ -1,0 +1,94 @@
+"""Scheduler properties over random workloads and configurations.
+
+After every step: the token budget and max_num_seqs hold, reference counts equal holders, and
+each running request's block table covers exactly ceil(num_computed_tokens / block_size)
+blocks. At the end: every request finished or was rejected with a reason (liveness, also
+under heavy preemption), every block is free again, chunked prefill added up to the prompt,
+FCFS admitted in arrival order, and preempted requests came back with the same tokens.
+"""
+from hypothesis import event, given, target
+from hypothesis import strategies as st
+
+from paged import RequestStatus
+
+from .workloads import (
+    FINISHED,
+    configs,
+    holders_match_ref_counts,
+    make_request,
+    new_scheduler,
+    request_specs,
+    sampled_for,
+    token,
+)
+
+
+def run(cache, sched, specs, real_tokens, abort_at=()):
+    s = new_scheduler(cache, sched)
+    reqs = [make_request(i, spec, real_tokens) for i, spec in enumerate(specs)]
+    pending = sorted(reqs, key=lambda r: r.arrival_time)
+    chunks = {r.request_id: 0 for r in reqs}  # prefill tokens since the last admission
+    t, steps = 0, 0
+    bound = 50 * sum(r.num_prompt_tokens + r.sampling_params.max_tokens for r in reqs) + 200
+    while pending or s.has_unfinished_requests():
+        while pending and pending[0].arrival_time <= t:
+            s.add_request(pending.pop(0))
+        if t in abort_at and s.requests:
+            s.abort(sorted(s.requests)[0], t)
+        out = s.schedule(float(t))
+        assert out.num_scheduled_tokens <= sched.max_num_batched_tokens
+        assert out.num_seqs <= sched.max_num_seqs and s.num_running <= sched.max_num_seqs
+        assert not set(map(id, out.decode_requests)) & set(map(id, out.prefill_requests))
+        for r in out.preempted:
+            chunks[r.request_id] = 0
+        for r, n in zip(out.prefill_requests, out.prefill_num_tokens):
+            assert n >= 1 and r.num_computed_tokens + n <= r.num_tokens
+            chunks[r.request_id] += n
+        holders_match_ref_counts(s.kv)
+        s.update_from_output(out, sampled_for(out, real_tokens), float(t + 1))
+        for r in list(s.decode.members) + list(s.prefilling):
+            assert len(s.kv.block_table(r)) == -(-r.num_computed_tokens // cache.block_size)
+        t += 1
+        steps += 1
+        assert steps < bound, "the scheduler stopped making progress"
+    return s, reqs, chunks
+
+
+def check_end_state(s, reqs, chunks, cache, real_tokens):
+    for r in reqs:
+        assert r.status in FINISHED + (RequestStatus.REJECTED, RequestStatus.FINISHED_ABORTED), r
+        if r.status == RequestStatus.REJECTED:
+            assert r.stop_reason
+            continue
+        if r.status == RequestStatus.FINISHED_ABORTED:
+            continue
+        assert r.num_output_tokens == r.max_output_tokens
+        if r.num_preemptions == 0:  # chunks of one admission add up to the uncached prompt
+            assert chunks[r.request_id] == r.num_prompt_tokens - r.num_cached_tokens
+        if real_tokens:
+            assert r.output_token_ids == [token(int(r.request_id), i) for i in range(r.num_output_tokens)]
+    assert s.num_rejected == sum(r.status == RequestStatus.REJECTED for r in reqs)
+    s.kv.reset_prefix_cache()
+    assert s.kv.num_free_blocks == cache.num_gpu_blocks and not s.kv.tables
+    if s.kv.cpu_pool is not None:
+        assert s.kv.cpu_pool.num_free_blocks == cache.num_cpu_blocks
+
+
+@given(cfg=configs(), specs=request_specs, real_tokens=st.booleans())
+def test_budgets_liveness_and_no_leaks(cfg, specs, real_tokens):
+    cache, sched = cfg
+    s, reqs, chunks = run(cache, sched, specs, real_tokens)
+    target(float(s.num_preemptions), label="preemptions")  # steer towards preemption-heavy runs
+    event(f"preempted: {s.num_preemptions > 0}")
+    check_end_state(s, reqs, chunks, cache, real_tokens)
+    if sched.policy == "fcfs":  # never starves an older request: admission follows arrival
+        admitted = sorted((r for r in reqs if r.first_scheduled_time is not None), key=lambda r: r.seq)
+        times = [r.first_scheduled_time for r in admitted]
+        assert times == sorted(times)
+
+
+@given(cfg=configs(), specs=request_specs, aborts=st.sets(st.integers(0, 60), max_size=5))
+def test_aborts_in_any_state_release_all_blocks(cfg, specs, aborts):
+    cache, sched = cfg
+    s, reqs, chunks = run(cache, sched, specs, True, abort_at=aborts)
+    check_end_state(s, reqs, chunks, cache, True)
