@@ -104,8 +104,7 @@ class Scheduler(BaseScheduler):
             req = self._next_queued()
             if req is None or req in out.preempted:
                 break  # a request preempted in this very step is not back before the next one
-            nseq = req.sampling_params.n if req.parent is None and req._num_output == 0 else 1
-            if self.num_running + nseq > cfg.max_num_seqs:
+            if self._num_seqs_reserved() + self._seqs_of(req) > cfg.max_num_seqs:
                 blocked, n = "seqs", 0
             elif req.status == RequestStatus.SWAPPED:
                 blocked, n = self._swap_in(req, budget, threshold, out)
@@ -128,6 +127,15 @@ class Scheduler(BaseScheduler):
         if out.num_seqs:
             self._count_step(out.num_seqs, out.num_scheduled_tokens)
         return out
+
+    @staticmethod
+    def _seqs_of(req: Request) -> int:
+        """Sequences a request will run as: n for a parallel-sampling request not yet forked."""
+        return req.sampling_params.n if req.parent is None and req._num_output == 0 else 1
+
+    def _num_seqs_reserved(self) -> int:
+        """Running sequences, counting the children that running parents will fork into."""
+        return len(self.decode.members) + sum(self._seqs_of(r) for r in self.prefilling)
 
     def _next_queued(self) -> Request | None:
         """The better of the swapped head and the waiting head, by the policy's order."""
@@ -310,7 +318,8 @@ class Scheduler(BaseScheduler):
                             business_value=parent.business_value, deadline=parent.deadline,
                             expected_output_tokens=parent.expected_output_tokens, extra_keys=parent.extra_keys)
             child.stop_token_ids = parent.stop_token_ids
-            child.parent, child.index, child.seq = parent, i, parent.seq
+            child.parent, child.index, child.seq = parent, i, self._seq
+            self._seq += 1
             child.max_output_tokens = parent.max_output_tokens
             child.status = RequestStatus.RUNNING
             child._num_computed = parent._num_computed

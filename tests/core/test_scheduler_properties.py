@@ -27,14 +27,16 @@ def run(cache, sched, specs, real_tokens, abort_at=()):
     s = new_scheduler(cache, sched)
     reqs = [make_request(i, spec, real_tokens) for i, spec in enumerate(specs)]
     pending = sorted(reqs, key=lambda r: r.arrival_time)
-    chunks = {r.request_id: 0 for r in reqs}  # prefill tokens since the last admission
+    chunks = dict.fromkeys((r.request_id for r in reqs), 0)  # prefill tokens since the last admission
     t, steps = 0, 0
     bound = 50 * sum(r.num_prompt_tokens + r.sampling_params.max_tokens for r in reqs) + 200
     while pending or s.has_unfinished_requests():
         while pending and pending[0].arrival_time <= t:
             s.add_request(pending.pop(0))
         if t in abort_at and s.requests:
-            s.abort(sorted(s.requests)[0], t)
+            r = s.abort(sorted(s.requests)[0], t)
+            if r.parent is not None:
+                reqs.append(r)
         out = s.schedule(float(t))
         assert out.num_scheduled_tokens <= sched.max_num_batched_tokens
         assert out.num_seqs <= sched.max_num_seqs and s.num_running <= sched.max_num_seqs
@@ -43,9 +45,12 @@ def run(cache, sched, specs, real_tokens, abort_at=()):
             chunks[r.request_id] = 0
         for r, n in zip(out.prefill_requests, out.prefill_num_tokens):
             assert n >= 1 and r.num_computed_tokens + n <= r.num_tokens
-            chunks[r.request_id] += n
+            if r.num_output_tokens == 0:  # a prompt chunk (not a step after a fork)
+                chunks[r.request_id] = chunks.get(r.request_id, 0) + n
         holders_match_ref_counts(s.kv)
-        s.update_from_output(out, sampled_for(out, real_tokens), float(t + 1))
+        for r in s.update_from_output(out, sampled_for(out, real_tokens), float(t + 1)):
+            if r.parent is not None:
+                reqs.append(r)
         for r in list(s.decode.members) + list(s.prefilling):
             assert len(s.kv.block_table(r)) == -(-r.num_computed_tokens // cache.block_size)
         t += 1
@@ -63,11 +68,15 @@ def check_end_state(s, reqs, chunks, cache, real_tokens):
         if r.status == RequestStatus.FINISHED_ABORTED:
             continue
         assert r.num_output_tokens == r.max_output_tokens
-        if r.num_preemptions == 0:  # chunks of one admission add up to the uncached prompt
+        if r.num_preemptions == 0 and r.parent is None:  # one admission's chunks add up to the uncached prompt
             assert chunks[r.request_id] == r.num_prompt_tokens - r.num_cached_tokens
         if real_tokens:
-            assert r.output_token_ids == [token(int(r.request_id), i) for i in range(r.num_output_tokens)]
+            assert r.output_token_ids == [token(r.request_id, i) for i in range(r.num_output_tokens)]
     assert s.num_rejected == sum(r.status == RequestStatus.REJECTED for r in reqs)
+    for r in reqs:  # parallel sampling: every sequence of a finished request finished too
+        if r.parent is None and r.status in FINISHED and r.num_preemptions == 0:
+            n = r.sampling_params.n
+            assert sum(c.parent is r for c in reqs) == n - 1
     s.kv.reset_prefix_cache()
     assert s.kv.num_free_blocks == cache.num_gpu_blocks and not s.kv.tables
     if s.kv.cpu_pool is not None:
@@ -82,7 +91,8 @@ def test_budgets_liveness_and_no_leaks(cfg, specs, real_tokens):
     event(f"preempted: {s.num_preemptions > 0}")
     check_end_state(s, reqs, chunks, cache, real_tokens)
     if sched.policy == "fcfs":  # never starves an older request: admission follows arrival
-        admitted = sorted((r for r in reqs if r.first_scheduled_time is not None), key=lambda r: r.seq)
+        admitted = sorted((r for r in reqs if r.first_scheduled_time is not None and r.parent is None),
+                          key=lambda r: r.seq)
         times = [r.first_scheduled_time for r in admitted]
         assert times == sorted(times)
 

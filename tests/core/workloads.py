@@ -1,4 +1,6 @@
 """Random workloads and configurations for the scheduler's property tests, and a driver."""
+import zlib
+
 import hypothesis.strategies as st
 
 from paged import CacheConfig, Request, RequestStatus, SamplingParams, SchedulerConfig
@@ -8,10 +10,10 @@ MAX_MODEL_LEN = 64
 PREFIX = list(range(100, 140))
 
 
-def token(rid: int, pos: int) -> int:
-    """The token a deterministic 'model' samples: a function of the request and position only,
+def token(rid: str, pos: int) -> int:
+    """The token a deterministic 'model' samples: a function of the sequence and position only,
     so a request that is preempted and recomputed must come back with the same tokens."""
-    return (rid * 31 + pos * 7) % 50
+    return zlib.crc32(f"{rid}/{pos}".encode()) % 50
 
 
 @st.composite
@@ -37,32 +39,37 @@ def configs(draw):
     return cache, sched
 
 
-# (arrival step, prompt length, max tokens, shares the common prefix, priority, business value)
+# (arrival step, prompt length, max tokens, shares the common prefix, priority, business value, n)
 request_specs = st.lists(
     st.tuples(st.integers(0, 30), st.integers(1, MAX_MODEL_LEN + 6), st.integers(1, 24), st.booleans(),
-              st.integers(0, 2), st.integers(0, 5)),
+              st.integers(0, 2), st.integers(0, 5), st.sampled_from([1, 1, 1, 2, 3])),
     min_size=1, max_size=12)
 
 
 def make_request(i, spec, real_tokens: bool) -> Request:
-    arrival, plen, max_tokens, shared, prio, value = spec
+    """Real-token requests may ask for parallel sampling (n > 1); length-only ones never do."""
+    arrival, plen, max_tokens, shared, prio, value, n = spec
     kw = dict(arrival_time=float(arrival), priority=prio, business_value=float(value), deadline=float(arrival + plen))
     if real_tokens:
-        prompt = (PREFIX[:plen] if shared else []) + [token(i, -p - 1) for p in range(plen - (min(plen, 40) if shared
-                                                                                             else 0))]
-        return Request(f"{i}", prompt[:plen], sampling_params=SamplingParams(max_tokens=max_tokens, ignore_eos=True),
+        own = [token(f"{i}", -p - 1) for p in range(plen)]
+        prompt = ((PREFIX + own) if shared else own)[:plen]
+        return Request(f"{i}", prompt, sampling_params=SamplingParams(max_tokens=max_tokens, ignore_eos=True, n=n),
                        **kw)
     return Request(f"{i}", num_prompt_tokens=plen, max_tokens=max_tokens,
                    prefix_hash_ids=[0, 1] if shared else None, hash_id_block_size=16, **kw)
 
 
 def sampled_for(out, real_tokens: bool):
+    """Tokens for every sequence that samples in the step; n of them for a parallel-sampling
+    request finishing its prompt (one per sequence it forks into)."""
     if not real_tokens:
         return None
-    sampled = {r.request_id: [token(int(r.request_id), r.num_output_tokens)] for r in out.decode_requests}
+    sampled = {r.request_id: [token(r.request_id, r.num_output_tokens)] for r in out.decode_requests}
     for r, n in zip(out.prefill_requests, out.prefill_num_tokens):
         if r.num_computed_tokens + n == r.num_tokens:
-            sampled[r.request_id] = [token(int(r.request_id), r.num_output_tokens)]
+            k = r.sampling_params.n if r.parent is None and r.num_output_tokens == 0 else 1
+            ids = [r.request_id] + [f"{r.request_id}-{j}" for j in range(1, k)]
+            sampled[r.request_id] = [token(x, r.num_output_tokens) for x in ids]
     return sampled
 
 

@@ -1,0 +1,114 @@
+"""AsyncLLM: an asyncio engine that streams tokens as they are produced and takes requests while running.
+
+One background task owns the `LLMEngine`. Each step runs in a worker thread (torch releases
+the GIL), so the event loop keeps accepting requests meanwhile; new requests and aborts are
+queued and applied between steps, because the scheduler must not change under a running step.
+A request that cannot run fails its own stream with the engine's ValueError; the others go on.
+
+    engine = AsyncLLM(model="smollm2-135m")
+    async for out in engine.generate("Hello", SamplingParams(max_tokens=32)):
+        print(out.text)          # cumulative text so far; out.finished on the last one
+"""
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import AsyncIterator
+
+from paged import SamplingParams
+
+from .config import EngineConfig
+from .engine import LLMEngine, Prompt
+from .outputs import RequestOutput
+
+
+class AsyncLLM:
+    def __init__(self, model: str, **kwargs) -> None:
+        """`kwargs` are the fields of `EngineConfig`."""
+        self.engine = LLMEngine(EngineConfig(model=str(model), **kwargs))
+        self._streams: dict[str, asyncio.Queue] = {}
+        self._to_add: list[tuple[str, Prompt, SamplingParams | None, asyncio.Queue]] = []
+        self._to_abort: list[str] = []
+        self._wakeup: asyncio.Event | None = None
+        self._loop_task: asyncio.Task | None = None
+        self._ids = itertools.count()
+
+    async def generate(self, prompt: Prompt, sampling_params: SamplingParams | None = None,
+                       request_id: str | None = None) -> AsyncIterator[RequestOutput]:
+        """Cumulative outputs of one request, one per step that moved it; the last has `finished`."""
+        request_id = f"async-{next(self._ids)}" if request_id is None else request_id
+        if request_id in self._streams:
+            raise ValueError(f"request id {request_id!r} is already streaming")
+        queue: asyncio.Queue = asyncio.Queue()
+        self._streams[request_id] = queue
+        self._to_add.append((request_id, prompt, sampling_params, queue))
+        self._start()
+        finished = False
+        try:
+            while not finished:
+                item = await queue.get()
+                if isinstance(item, BaseException):
+                    raise item
+                finished = item.finished
+                yield item
+        finally:
+            self._streams.pop(request_id, None)
+            if not finished:  # the consumer left early, or its request failed: free its blocks
+                self._to_abort.append(request_id)
+                self._wakeup.set()
+
+    async def abort(self, request_id: str) -> None:
+        """Stop a request; its stream ends with a last output whose finish_reason is "abort"."""
+        self._to_abort.append(request_id)
+        self._start()
+
+    def _start(self) -> None:
+        if self._wakeup is None:
+            self._wakeup = asyncio.Event()
+        self._wakeup.set()
+        if self._loop_task is None or self._loop_task.done():
+            self._loop_task = asyncio.get_running_loop().create_task(self._run())
+
+    async def _run(self) -> None:
+        engine = self.engine
+        while True:
+            self._apply_pending()
+            if not engine.has_unfinished_requests():
+                self._wakeup.clear()
+                await self._wakeup.wait()
+                continue
+            try:
+                outputs = await asyncio.to_thread(engine.step)
+            except Exception as e:  # an engine bug: fail every stream rather than hang them
+                for request_id, queue in list(self._streams.items()):
+                    engine.abort_request(request_id)
+                    queue.put_nowait(e)
+                continue
+            for out in outputs:
+                queue = self._streams.get(out.request_id)
+                if queue is not None:
+                    queue.put_nowait(out)
+
+    def _apply_pending(self) -> None:
+        engine = self.engine
+        while self._to_abort:
+            request_id = self._to_abort.pop()
+            out = engine.abort_request(request_id)
+            queue = self._streams.get(request_id)
+            if out is not None and queue is not None:
+                queue.put_nowait(out)
+        while self._to_add:
+            request_id, prompt, params, queue = self._to_add.pop(0)
+            try:
+                engine.add_request(prompt, params, request_id=request_id)
+            except ValueError as e:
+                queue.put_nowait(e)
+
+    async def shutdown(self) -> None:
+        if self._loop_task is not None:
+            self._loop_task.cancel()
+            try:
+                await self._loop_task
+            except asyncio.CancelledError:
+                pass
+            self._loop_task = None

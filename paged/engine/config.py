@@ -1,0 +1,82 @@
+"""What an engine is built from: the model, the memory given to the KV cache, and the scheduler's knobs.
+
+The scheduler's knobs keep vLLM's names and are passed through to the core's `CacheConfig` and
+`SchedulerConfig`, which validate them; this file checks only what the engine adds (dtype,
+device, memory budgets) and fills the defaults that depend on the model.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from paged.policies import Policy
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DEFAULT_CPU_KV_CACHE_BYTES = 512 << 20  # ~11k tokens of SmolLM2-135M in float32; pages are touched only when used
+DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048
+DEFAULT_MAX_NUM_SEQS = 256
+
+
+def _require(ok: bool, field: str, value, expected: str) -> None:
+    if not ok:
+        raise ValueError(f"EngineConfig.{field}={value!r}: expected {expected}")
+
+
+@dataclass(slots=True)
+class EngineConfig:
+    """`model`: a Hugging Face folder, a .gguf file, or a known name (`smollm2-135m`).
+
+    KV memory: `kv_cache_memory_bytes` on CPU, `gpu_memory_utilization` (the fraction of the GPU
+    the engine may fill, weights included) on CUDA; `num_gpu_blocks` overrides both (tests use it
+    to force preemption). Swapping needs a host pool: `swap_space` GiB or `num_cpu_blocks`; with
+    preemption_mode="swap" and neither given, the host pool matches the device pool.
+    """
+
+    model: str
+    tokenizer: str | None = None
+    dtype: str = "auto"
+    device: str = "auto"
+    seed: int = 0
+    block_size: int = 16
+    kv_cache_memory_bytes: int | None = None
+    gpu_memory_utilization: float = 0.9
+    num_gpu_blocks: int | None = None
+    swap_space: float = 0.0
+    num_cpu_blocks: int | None = None
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    max_model_len: int | None = None
+    enable_chunked_prefill: bool = True
+    enable_prefix_caching: bool = True
+    long_prefill_token_threshold: int = 0
+    policy: str | Policy = "fcfs"
+    preemption_mode: str = "recompute"
+    watermark: float = 0.01
+
+    def __post_init__(self) -> None:
+        _require(self.dtype == "auto" or self.dtype in DTYPES, "dtype", self.dtype, f"'auto' or one of {list(DTYPES)}")
+        _require(self.device in ("auto", "cpu") or self.device.startswith("cuda"), "device", self.device,
+                 "'auto', 'cpu' or 'cuda[:N]'")
+        _require(self.kv_cache_memory_bytes is None or self.kv_cache_memory_bytes > 0, "kv_cache_memory_bytes",
+                 self.kv_cache_memory_bytes, "a positive number of bytes")
+        _require(0.0 < self.gpu_memory_utilization <= 1.0, "gpu_memory_utilization", self.gpu_memory_utilization,
+                 "a fraction in (0, 1]")
+        _require(self.swap_space >= 0, "swap_space", self.swap_space, "GiB >= 0")
+        _require(self.num_gpu_blocks is None or self.num_gpu_blocks >= 1, "num_gpu_blocks", self.num_gpu_blocks,
+                 "an integer >= 1")
+        _require(self.num_cpu_blocks is None or self.num_cpu_blocks >= 0, "num_cpu_blocks", self.num_cpu_blocks,
+                 "an integer >= 0")
+
+    def torch_device(self) -> torch.device:
+        if self.device == "auto":
+            return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        return torch.device(self.device)
+
+    def torch_dtype(self, device: torch.device) -> torch.dtype:
+        """float32 on CPU (fast there, and exact against references); bfloat16 on GPUs that have it."""
+        if self.dtype != "auto":
+            return DTYPES[self.dtype]
+        if device.type == "cuda":
+            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        return torch.float32

@@ -1,0 +1,196 @@
+"""LLMEngine: the real driver of the shared core.
+
+The loop is the core's contract and nothing more:
+
+    out = scheduler.schedule(now)
+    sampled = runner.execute_model(out, scheduler.kv)     # block moves, forward, sampling
+    finished = scheduler.update_from_output(out, sampled, now)
+
+`scheduler` is a plain `paged.Scheduler` (the simulator drives the same class), so every
+decision — admission, chunking, prefix hits, preemption by recompute or swap, copy-on-write —
+is the core's; the engine only carries them out on real tensors. What only the engine can do
+is here: tokenizing, rejecting bad input with a clear error before it reaches the core, ending
+sequences on stop strings, and timing each request with `time.monotonic()`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import time
+
+import torch
+
+from paged import CacheConfig, Request, RequestStatus, SamplingParams, SchedulerConfig
+from paged.scheduler import Scheduler
+
+from .cache_engine import CacheEngine
+from .config import DEFAULT_CPU_KV_CACHE_BYTES, DEFAULT_MAX_NUM_BATCHED_TOKENS, DEFAULT_MAX_NUM_SEQS, EngineConfig
+from .loader import load_model
+from .outputs import RequestOutput
+from .request_state import RequestState
+from .runner import ModelRunner
+from .sampler import Sampler
+
+Prompt = str | list[int]
+
+
+class LLMEngine:
+    def __init__(self, config: EngineConfig) -> None:
+        self.config = config
+        self.device = device = config.torch_device()
+        self.dtype = dtype = config.torch_dtype(device)
+        loaded = load_model(config.model, tokenizer=config.tokenizer, dtype=dtype, device=device)
+        self.model, self.model_config, self.tokenizer = loaded.model, loaded.config, loaded.tokenizer
+        self.model_name = str(config.model)
+        mc = self.model_config
+        max_model_len = config.max_model_len or mc.max_model_len
+        if max_model_len > mc.max_model_len:
+            raise ValueError(f"max_model_len={max_model_len}: the model serves at most {mc.max_model_len} tokens")
+        chunked = config.enable_chunked_prefill
+        max_tokens = config.max_num_batched_tokens or (
+            DEFAULT_MAX_NUM_BATCHED_TOKENS if chunked else max(DEFAULT_MAX_NUM_BATCHED_TOKENS, max_model_len))
+        block_bytes = CacheEngine.bytes_per_block(mc, config.block_size, dtype)
+        num_gpu_blocks = config.num_gpu_blocks or self._kv_budget(max_tokens) // block_bytes
+        if num_gpu_blocks < 1:
+            raise ValueError(f"the KV cache budget holds no block of {block_bytes} bytes: raise "
+                             f"kv_cache_memory_bytes (CPU) or gpu_memory_utilization (CUDA)")
+        num_cpu_blocks = config.num_cpu_blocks
+        if num_cpu_blocks is None:
+            num_cpu_blocks = int(config.swap_space * (1 << 30)) // block_bytes
+            if not num_cpu_blocks and config.preemption_mode == "swap":
+                num_cpu_blocks = num_gpu_blocks
+        self.scheduler = Scheduler(
+            CacheConfig(num_gpu_blocks=num_gpu_blocks, block_size=config.block_size, num_cpu_blocks=num_cpu_blocks,
+                        enable_prefix_caching=config.enable_prefix_caching, watermark=config.watermark),
+            SchedulerConfig(max_num_seqs=config.max_num_seqs or min(DEFAULT_MAX_NUM_SEQS, max_tokens),
+                            max_num_batched_tokens=max_tokens, max_model_len=max_model_len,
+                            enable_chunked_prefill=chunked,
+                            long_prefill_token_threshold=config.long_prefill_token_threshold,
+                            policy=config.policy, preemption_mode=config.preemption_mode),
+        )
+        self.cache = CacheEngine(mc, num_gpu_blocks, num_cpu_blocks, config.block_size, dtype, device)
+        self.sampler = Sampler(config.seed)
+        self.runner = ModelRunner(self.model, self.cache, self.sampler, device)
+        self.requests: dict[str, RequestState] = {}  # unfinished, by the id the user knows
+        self._ids = itertools.count()
+
+    def _kv_budget(self, max_num_batched_tokens: int) -> int:
+        """Bytes for the KV cache: the CPU budget as given; on CUDA, `gpu_memory_utilization` of the
+        device less what is in use now (weights, other processes) and an allowance for the
+        activations of the largest step (the fused MLP input, a few hidden-size tensors, logits)."""
+        if self.device.type != "cuda":
+            return self.config.kv_cache_memory_bytes or DEFAULT_CPU_KV_CACHE_BYTES
+        mc = self.model_config
+        free, total = torch.cuda.mem_get_info(self.device)
+        itemsize = torch.empty((), dtype=self.dtype).element_size()
+        activations = 4 * max_num_batched_tokens * (2 * mc.intermediate_size + 6 * mc.hidden_size) * itemsize
+        activations += 3 * DEFAULT_MAX_NUM_SEQS * mc.vocab_size * 4
+        return int(total * self.config.gpu_memory_utilization) - (total - free) - activations
+
+    # -- requests in and out ------------------------------------------------------------------
+    def add_request(self, prompt: Prompt, params: SamplingParams | None = None, request_id: str | None = None,
+                    arrival_time: float | None = None) -> str:
+        """Queue a request; a ValueError naming the problem if it can never run (nothing is queued then)."""
+        params = _checked(params)
+        prompt_text, prompt_ids = self._tokenize(prompt)
+        if (params.stop and self.tokenizer is None):
+            raise ValueError("stop strings need a tokenizer, and this model has none")
+        request_id = str(next(self._ids)) if request_id is None else request_id
+        if request_id in self.requests:
+            raise ValueError(f"request id {request_id!r} is already in use")
+        eos = self.model_config.eos_token_ids
+        req = Request(request_id, prompt_ids, sampling_params=params,
+                      arrival_time=time.monotonic() if arrival_time is None else arrival_time,
+                      eos_token_id=eos[0] if eos else None)
+        if len(eos) > 1 and not params.ignore_eos:  # the core takes one EOS id; models may have several
+            req.stop_token_ids = req.stop_token_ids | frozenset(eos[1:])
+        self.scheduler.add_request(req)
+        if req.status == RequestStatus.REJECTED:
+            raise ValueError(f"request {request_id!r} rejected: {req.stop_reason}")
+        self.sampler.add_request(request_id, params)
+        self.requests[request_id] = RequestState(req, prompt_text, self.tokenizer)
+        return request_id
+
+    def _tokenize(self, prompt: Prompt) -> tuple[str | None, list[int]]:
+        if isinstance(prompt, str):
+            if not prompt:
+                raise ValueError("prompt is empty: expected at least one character or token")
+            if self.tokenizer is None:
+                raise ValueError("this model has no tokenizer (no tokenizer.json): give prompts as token ids")
+            return prompt, self.tokenizer.encode(prompt)
+        if not isinstance(prompt, (list, tuple)):
+            raise ValueError(f"prompt of type {type(prompt).__name__}: expected a string or a list of token ids")
+        ids = list(prompt)
+        if not ids:
+            raise ValueError("prompt is empty: expected at least one token id")
+        vocab = self.model_config.vocab_size
+        bad = next((t for t in ids if not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < vocab), None)
+        if bad is not None:
+            raise ValueError(f"prompt token id {bad!r}: expected integers in [0, {vocab})")
+        return None, ids
+
+    def abort_request(self, request_id: str) -> RequestOutput | None:
+        """Stop a request and all its sequences; their blocks are free when this returns.
+        Returns its final output (finish_reason "abort" where it was still running), None if unknown."""
+        state = self.requests.pop(request_id, None)
+        if state is None:
+            return None
+        now = time.monotonic()
+        for seq in state.seqs:
+            self.scheduler.abort(seq.request_id, now)
+        self.sampler.free_request(request_id, state.params.n)
+        return state.output()
+
+    def has_unfinished_requests(self) -> bool:
+        return bool(self.requests)
+
+    # -- the step -----------------------------------------------------------------------------
+    def step(self) -> list[RequestOutput]:
+        """Run one scheduler step; outputs (cumulative) of the requests that moved, finished ones included."""
+        scheduler = self.scheduler
+        out = scheduler.schedule(time.monotonic())
+        sampled = self.runner.execute_model(out, scheduler.kv)
+        now = time.monotonic()
+        finished = scheduler.update_from_output(out, sampled, now)
+        moved: dict[str, RequestState] = {}
+        for req in itertools.chain(out.decode_requests, out.prefill_requests, finished):
+            root = req.parent or req
+            state = self.requests.get(root.request_id)
+            if state is not None and state.root is root:
+                moved[root.request_id] = state
+        forked = {r.request_id: r for r in finished if r.parent is not None}
+        outputs = []
+        for request_id, state in moved.items():
+            if len(state.seqs) < state.params.n and state.root.num_output_tokens:
+                self._adopt_children(state, forked)
+            for seq in state.read_new_tokens():
+                scheduler.finish_request(seq.request_id, now)
+            outputs.append(state.output())
+            if state.finished:
+                del self.requests[request_id]
+                self.sampler.free_request(request_id, state.params.n)
+        return outputs
+
+    def _adopt_children(self, state: RequestState, finished_children: dict[str, Request]) -> None:
+        """The scheduler forked the root after its prompt: follow the n - 1 new sequences too
+        (ids `<root>-<i>`, as the core names them; one may have finished in the same step)."""
+        rid, n = state.request_id, state.params.n
+        for i in range(1, n):
+            child_id = f"{rid}-{i}"
+            child = self.scheduler.requests.get(child_id) or finished_children[child_id]
+            # Workaround (core): `Scheduler._fork` gives children their parent's `seq`, so two of a
+            # family preempted by recompute have equal policy keys, and the waiting heap then
+            # compares the Requests themselves (TypeError). A unique seq between the parent's and
+            # the next request's keeps the family's order.
+            child.seq = child.seq + i / n
+            state.add_sequence(child)
+
+
+def _checked(params: SamplingParams | None) -> SamplingParams:
+    """A private, re-validated copy: the dataclass checks only at construction, and a caller may
+    have changed a field since (or may change it while the request runs)."""
+    if params is None:
+        return SamplingParams()
+    if not isinstance(params, SamplingParams):
+        raise ValueError(f"sampling params of type {type(params).__name__}: expected paged.SamplingParams")
+    return dataclasses.replace(params, stop_token_ids=list(params.stop_token_ids), stop=list(params.stop))

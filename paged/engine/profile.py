@@ -1,0 +1,176 @@
+"""Step time over a grid of batch shapes: the cost profile the simulator's profiled model loads.
+
+Every sample is a real engine step: a `SchedulerOutput` made by a real `Scheduler` from
+synthetic requests, carried out by the engine's own runner (same model, kernels, sampler), so
+the profile is what the engine does. The steps that only set a shape up (filling contexts,
+leaving a prefix in the cache) are applied to the scheduler without running the model: step
+time does not depend on the values in the KV cache, only on how much of it is read.
+
+Features are the SchedulerOutput's aggregates, exactly as the simulator sees them:
+num_prefill_tokens, prefill_attention_pairs, num_decode_tokens, decode_context_sum, num_seqs.
+Output format "paged-step-profile/1":
+
+    {"format", "model", "device", "dtype", "block_size", "num_threads",
+     "samples": [{"num_prefill_tokens", "prefill_attention_pairs", "num_decode_tokens",
+                  "decode_context_sum", "num_seqs", "time_s"}, ...]}
+"""
+from __future__ import annotations
+
+import json
+import random
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+
+import torch
+
+from paged import CacheConfig, Request, SamplingParams, SchedulerConfig, SchedulerOutput
+from paged.scheduler import Scheduler
+
+from .engine import LLMEngine
+
+FORMAT = "paged-step-profile/1"
+FEATURES = ("num_prefill_tokens", "prefill_attention_pairs", "num_decode_tokens", "decode_context_sum", "num_seqs")
+_PARAMS = SamplingParams(temperature=0.0, max_tokens=1 << 20, ignore_eos=True)
+
+
+@dataclass(slots=True)
+class ProfileGrid:
+    """The shapes to measure. Decode points whose contexts do not fit in the KV cache are skipped."""
+
+    prefill_chunks: tuple[int, ...] = (16, 64, 256, 512)
+    prefill_contexts: tuple[int, ...] = (0, 512)  # tokens already in the cache (a prefix hit) before the chunk
+    decode_batches: tuple[int, ...] = (1, 4, 16, 64)
+    decode_contexts: tuple[int, ...] = (64, 256, 1024, 2048)
+    mixed_batches: tuple[int, ...] = (4, 16)  # decode requests beside one prefill chunk
+    mixed_chunks: tuple[int, ...] = (64, 256)
+    mixed_context: int = 256
+    repeats: int = 3  # timed runs of each step (after one warm-up run); the median is kept
+
+    def __post_init__(self) -> None:
+        for name in ("prefill_chunks", "decode_batches", "decode_contexts", "mixed_batches", "mixed_chunks"):
+            values = getattr(self, name)
+            if not values or min(values) < 1:
+                raise ValueError(f"ProfileGrid.{name}={values!r}: expected positive integers")
+        if min(self.prefill_contexts, default=0) < 0 or self.repeats < 1 or self.mixed_context < 1:
+            raise ValueError("ProfileGrid: contexts must be >= 0, mixed_context and repeats >= 1")
+
+    @property
+    def max_num_batched_tokens(self) -> int:
+        return max(max(self.prefill_chunks), max(self.mixed_chunks) + max(self.mixed_batches),
+                   max(self.decode_batches))
+
+
+class _Profiler:
+    def __init__(self, engine: LLMEngine, grid: ProfileGrid) -> None:
+        self.engine = engine
+        self.grid = grid
+        self.rng = random.Random(0)
+        self.samples: list[dict] = []
+        self.skipped: list[str] = []
+        self._ids = 0
+
+    def scheduler(self) -> Scheduler:
+        """A fresh scheduler over the engine's KV tensors (its own empty pool and prefix cache)."""
+        cache = self.engine.scheduler.cache_config
+        budget = self.grid.max_num_batched_tokens
+        return Scheduler(
+            CacheConfig(num_gpu_blocks=cache.num_gpu_blocks, block_size=cache.block_size, watermark=0.0),
+            SchedulerConfig(max_num_seqs=budget, max_num_batched_tokens=budget,
+                            max_model_len=self.engine.scheduler.config.max_model_len))
+
+    def tokens(self, n: int) -> list[int]:
+        return [self.rng.randrange(self.engine.model_config.vocab_size) for _ in range(n)]
+
+    def add(self, scheduler: Scheduler, prompt: list[int], params: SamplingParams = _PARAMS) -> None:
+        self._ids += 1
+        scheduler.add_request(Request(f"p{self._ids}", prompt, sampling_params=params))
+
+    @staticmethod
+    def skip_step(scheduler: Scheduler, out: SchedulerOutput) -> None:
+        """Apply a set-up step's outcome to the scheduler without running the model."""
+        sampled = {r.request_id: [0] for r in (*out.decode_requests, *out.prefill_requests)}
+        scheduler.update_from_output(out, sampled, 0.0)
+
+    def measure(self, scheduler: Scheduler, out: SchedulerOutput) -> None:
+        engine, cuda = self.engine, self.engine.device.type == "cuda"
+        times = []
+        for _ in range(self.grid.repeats + 1):
+            if cuda:
+                torch.cuda.synchronize(engine.device)
+            start = time.perf_counter()
+            sampled = engine.runner.execute_model(out, scheduler.kv)
+            if cuda:
+                torch.cuda.synchronize(engine.device)
+            times.append(time.perf_counter() - start)
+        scheduler.update_from_output(out, sampled, 0.0)
+        sample = {name: getattr(out, name) for name in FEATURES}
+        sample["time_s"] = statistics.median(times[1:])
+        self.samples.append(sample)
+
+    def decoders(self, batch: int, context: int) -> tuple[Scheduler, SchedulerOutput] | None:
+        """A scheduler whose next step decodes `batch` requests at `context` tokens each."""
+        cache = self.engine.scheduler.cache_config
+        if batch * (context // cache.block_size + 2) > cache.num_gpu_blocks:
+            self.skipped.append(f"decode batch {batch} x context {context}: does not fit in the KV cache")
+            return None
+        scheduler = self.scheduler()
+        for _ in range(batch):
+            self.add(scheduler, self.tokens(context - 1))  # prefill, sample one: the next step attends to `context`
+        while True:
+            out = scheduler.schedule(0.0)
+            if not out.prefill_requests and len(out.decode_requests) == batch:
+                return scheduler, out
+            self.skip_step(scheduler, out)
+
+    def run(self) -> None:
+        grid = self.grid
+        for context in grid.prefill_contexts:
+            for chunk in grid.prefill_chunks:
+                scheduler = self.scheduler()
+                prefix = self.tokens(context)
+                if context:
+                    # A request over the prefix leaves its blocks in the prefix cache when it finishes.
+                    self.add(scheduler, prefix + self.tokens(1), SamplingParams(max_tokens=1, ignore_eos=True))
+                    while scheduler.has_unfinished_requests():
+                        self.skip_step(scheduler, scheduler.schedule(0.0))
+                self.add(scheduler, prefix + self.tokens(chunk))
+                self.measure(scheduler, scheduler.schedule(0.0))
+        for batch in grid.decode_batches:
+            for context in grid.decode_contexts:
+                made = self.decoders(batch, context)
+                if made is not None:
+                    self.measure(*made)
+        for batch in grid.mixed_batches:
+            for chunk in grid.mixed_chunks:
+                made = self.decoders(batch, grid.mixed_context)
+                if made is not None:
+                    scheduler, out = made
+                    self.skip_step(scheduler, out)
+                    self.add(scheduler, self.tokens(chunk))
+                    self.measure(scheduler, scheduler.schedule(0.0))
+
+
+def profile(engine: LLMEngine, grid: ProfileGrid | None = None, log=sys.stderr) -> dict:
+    """Measure the grid on the engine; returns the profile as a JSON-ready dict."""
+    profiler = _Profiler(engine, grid or ProfileGrid())
+    profiler.run()
+    for note in profiler.skipped:
+        print(f"profile: skipped {note}", file=log)
+    device = engine.device
+    return {
+        "format": FORMAT,
+        "model": engine.model_name,
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "dtype": str(engine.dtype).removeprefix("torch."),
+        "block_size": engine.scheduler.block_size,
+        "num_threads": torch.get_num_threads(),
+        "samples": profiler.samples,
+    }
+
+
+def write_profile(result: dict, path: str) -> None:
+    with open(path, "w") as f:
+        json.dump(result, f, indent=1)
+        f.write("\n")
