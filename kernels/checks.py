@@ -1,0 +1,153 @@
+"""Argument checks shared by every backend: a bad call is a ``ValueError`` naming the argument.
+
+Why here and not in the kernels: a Triton kernel handed a wrong shape or an out-of-range block id
+reads or writes someone else's memory and returns garbage, or crashes the process long after
+the call. So the public entry points (``kernels.dispatch``) run these checks before any launch,
+and both backends may then assume well-formed input. The value checks (lengths, block ids,
+slots) read small metadata tensors back to the host, a few synchronisations per call on a GPU:
+the price of never having to debug silent garbage. (Benchmarks time the kernels behind them.)
+"""
+
+import torch
+
+ATTENTION_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+INDEX_DTYPES = (torch.int32, torch.int64)
+
+
+def _fail(name: str, problem: str) -> None:
+    raise ValueError(f"{name}: {problem}")
+
+
+def _check_tensor(name: str, x, *, ndim: int, dtypes: tuple, like: tuple | None = None) -> None:
+    """``like=(other_name, other_tensor)``: ``x`` must be on the same device as that tensor."""
+    if not isinstance(x, torch.Tensor):
+        _fail(name, f"expected a torch.Tensor, got {type(x).__name__}")
+    if x.dim() != ndim:
+        _fail(name, f"expected {ndim} dimensions, got shape {tuple(x.shape)}")
+    if x.dtype not in dtypes:
+        _fail(name, f"dtype {x.dtype} not supported, expected one of {[str(d) for d in dtypes]}")
+    if like is not None and x.device != like[1].device:
+        _fail(name, f"on {x.device}, but {like[0]} is on {like[1].device}")
+
+
+def _check_shape(name: str, x: torch.Tensor, shape: tuple) -> None:
+    if tuple(x.shape) != tuple(shape):
+        _fail(name, f"expected shape {tuple(shape)}, got {tuple(x.shape)}")
+
+
+def _check_contiguous(name: str, x: torch.Tensor) -> None:
+    if not x.is_contiguous():
+        _fail(name, "must be contiguous (the kernels address it by its shape)")
+
+
+def check_kv_cache(key_cache, value_cache, k_scale, v_scale, like: tuple | None = None) -> None:
+    """Both caches ``[num_blocks, block_size, num_kv_heads, head_dim]``, alike, contiguous.
+
+    ``like=(name, tensor)``: the caches must be on that tensor's device, of its dtype (or int8),
+    and share its last dimension.
+
+    A float cache has no scales; an int8 cache has ``k_scale`` and ``v_scale``, float32
+    ``[num_blocks, block_size, num_kv_heads]`` (see ``kernels.quant``).
+    """
+    _check_tensor("key_cache", key_cache, ndim=4, dtypes=(*ATTENTION_DTYPES, torch.int8), like=like)
+    if like is not None:
+        name, tensor = like
+        if key_cache.dtype not in (tensor.dtype, torch.int8):
+            _fail("key_cache", f"dtype {key_cache.dtype} is neither {name}'s {tensor.dtype} nor int8")
+        if key_cache.shape[-1] != tensor.shape[-1]:
+            _fail("key_cache", f"head_dim {key_cache.shape[-1]} does not match {name}'s {tensor.shape[-1]}")
+    like = ("key_cache", key_cache)
+    _check_tensor("value_cache", value_cache, ndim=4, dtypes=(key_cache.dtype,), like=like)
+    _check_shape("value_cache", value_cache, key_cache.shape)
+    _check_contiguous("key_cache", key_cache)
+    _check_contiguous("value_cache", value_cache)
+    quantized = key_cache.dtype == torch.int8
+    for scale_name, cache_scale in (("k_scale", k_scale), ("v_scale", v_scale)):
+        if not quantized:
+            if cache_scale is not None:
+                _fail(scale_name, f"given, but the cache is {key_cache.dtype}, not int8")
+            continue
+        if cache_scale is None:
+            _fail(scale_name, "required: the cache is int8, and its scales are needed to read it")
+        _check_tensor(scale_name, cache_scale, ndim=3, dtypes=(torch.float32,), like=like)
+        _check_shape(scale_name, cache_scale, key_cache.shape[:3])
+        _check_contiguous(scale_name, cache_scale)
+
+
+def check_paged_attention(
+    query, key_cache, value_cache, block_table, seq_lens, query_start_loc, scale, out, k_scale, v_scale
+) -> None:
+    """Every argument of ``paged_attention``, values included."""
+    _check_tensor("query", query, ndim=3, dtypes=ATTENTION_DTYPES)
+    like = ("query", query)
+    check_kv_cache(key_cache, value_cache, k_scale, v_scale, like)
+    num_tokens, num_heads, head_dim = query.shape
+    num_blocks, block_size, num_kv_heads, _ = key_cache.shape
+    if num_kv_heads == 0 or num_heads % num_kv_heads != 0:
+        _fail("query", f"num_heads {num_heads} is not a multiple of the cache's num_kv_heads {num_kv_heads}")
+    if not isinstance(scale, (int, float)) or isinstance(scale, bool) or not (scale == scale):
+        _fail("scale", f"expected a real number, got {scale!r}")
+    if out is not None:
+        _check_tensor("out", out, ndim=3, dtypes=(query.dtype,), like=like)
+        _check_shape("out", out, query.shape)
+        _check_contiguous("out", out)
+
+    _check_tensor("block_table", block_table, ndim=2, dtypes=(torch.int32,), like=like)
+    num_seqs = block_table.shape[0]
+    _check_tensor("seq_lens", seq_lens, ndim=1, dtypes=(torch.int32,), like=like)
+    _check_shape("seq_lens", seq_lens, (num_seqs,))
+    _check_tensor("query_start_loc", query_start_loc, ndim=1, dtypes=(torch.int32,), like=like)
+    _check_shape("query_start_loc", query_start_loc, (num_seqs + 1,))
+
+    starts = query_start_loc.tolist()
+    if starts[0] != 0 or starts[-1] != num_tokens:
+        _fail("query_start_loc", f"must run from 0 to num_tokens={num_tokens}, got {starts[0]}..{starts[-1]}")
+    q_lens = query_start_loc.diff()
+    if (q_lens < 0).any():
+        _fail("query_start_loc", f"must be non-decreasing, got {starts}")
+    short = (seq_lens < q_lens).nonzero()
+    if len(short):
+        seq = int(short[0])
+        _fail("seq_lens", f"seq_lens[{seq}]={int(seq_lens[seq])} is shorter than its {int(q_lens[seq])} query tokens")
+    capacity = block_table.shape[1] * block_size
+    if (seq_lens > capacity).any():
+        _fail("seq_lens", f"max {int(seq_lens.max())} exceeds the block table's capacity {capacity}")
+    used = torch.arange(block_table.shape[1], device=query.device) < (seq_lens[:, None] + block_size - 1) // block_size
+    bad = used & ((block_table < 0) | (block_table >= num_blocks))
+    if bad.any():
+        seq, col = (int(i) for i in bad.nonzero()[0])
+        _fail("block_table", f"block_table[{seq}, {col}]={int(block_table[seq, col])} is outside 0..{num_blocks - 1}")
+
+
+def check_reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale) -> None:
+    """Every argument of ``reshape_and_cache``, values included."""
+    _check_tensor("key", key, ndim=3, dtypes=ATTENTION_DTYPES)
+    like = ("key", key)
+    check_kv_cache(key_cache, value_cache, k_scale, v_scale, like)
+    num_blocks, block_size, num_kv_heads, head_dim = key_cache.shape
+    if tuple(key.shape[1:]) != (num_kv_heads, head_dim):
+        _fail("key", f"expected [num_tokens, {num_kv_heads}, {head_dim}] to match the cache, got {tuple(key.shape)}")
+    _check_tensor("value", value, ndim=3, dtypes=(key.dtype,), like=like)
+    _check_shape("value", value, key.shape)
+    _check_tensor("slot_mapping", slot_mapping, ndim=1, dtypes=INDEX_DTYPES, like=like)
+    _check_shape("slot_mapping", slot_mapping, key.shape[:1])
+    num_slots = num_blocks * block_size
+    if ((slot_mapping < -1) | (slot_mapping >= num_slots)).any():
+        _fail("slot_mapping", f"slots must lie in -1..{num_slots - 1}, got {slot_mapping.tolist()}")
+    stored = slot_mapping[slot_mapping >= 0]
+    if stored.unique().numel() != stored.numel():
+        _fail("slot_mapping", "two tokens write the same slot, so which one lands is undefined")
+
+
+def check_copy_blocks(key_cache, value_cache, block_mapping, k_scale, v_scale) -> None:
+    """Every argument of ``copy_blocks``, values included."""
+    check_kv_cache(key_cache, value_cache, k_scale, v_scale)
+    _check_tensor("block_mapping", block_mapping, ndim=2, dtypes=INDEX_DTYPES, like=("key_cache", key_cache))
+    if block_mapping.shape[1] != 2:
+        _fail("block_mapping", f"expected [num_pairs, 2] rows of (src, dst), got {tuple(block_mapping.shape)}")
+    num_blocks = key_cache.shape[0]
+    if ((block_mapping < 0) | (block_mapping >= num_blocks)).any():
+        _fail("block_mapping", f"block ids must lie in 0..{num_blocks - 1}, got {block_mapping.tolist()}")
+    src, dst = block_mapping[:, 0], block_mapping[:, 1]
+    if dst.unique().numel() != dst.numel() or torch.isin(dst, src).any():
+        _fail("block_mapping", "a destination block appears twice or is also a source, so the copy order matters")

@@ -1,0 +1,59 @@
+"""Which backend runs, and the public API the engine and the contract checker rely on."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import kernels
+from kernels.dispatch import resolve_backend
+from tests.kernels.test_checks import attention_args
+
+CPU, CUDA = torch.device("cpu"), torch.device("cuda")
+
+
+def test_auto_is_triton_on_gpus_and_torch_on_cpus(monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    assert resolve_backend("auto", CUDA) == "triton"
+    assert resolve_backend("auto", CPU) == "torch"
+
+
+def test_auto_uses_the_interpreter_when_asked(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert resolve_backend("auto", CPU) == "triton"
+
+
+@pytest.mark.parametrize("backend", ["triton", "torch"])
+def test_explicit_backend_wins(backend):
+    assert resolve_backend(backend, CPU) == backend
+    assert resolve_backend(backend, CUDA) == backend
+
+
+def test_contract_example(monkeypatch):
+    """The call the contract checker makes, on a plain CPU: the torch path, no Triton needed."""
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    args = attention_args()
+    out = kernels.paged_attention(*args.values())
+    assert out.shape == (3, 4, 16) and out.dtype == torch.float32 and torch.isfinite(out).all()
+    assert torch.equal(out, kernels.paged_attention(*args.values(), backend="torch"))
+    torch.testing.assert_close(out, kernels.paged_attention(*args.values(), backend="triton"))
+
+
+def test_import_does_not_load_triton():
+    code = "import sys, kernels; assert 'triton' not in sys.modules, 'import kernels pulled in triton'"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_triton_interpret_set_before_import():
+    """The usual Triton workflow: TRITON_INTERPRET=1 in the environment, so `auto` runs Triton on the CPU."""
+    code = """
+import torch, kernels
+from kernels import dispatch
+from tests.kernels.test_checks import attention_args
+assert dispatch.resolve_backend("auto", torch.device("cpu")) == "triton"
+args = attention_args().values()
+torch.testing.assert_close(kernels.paged_attention(*args), kernels.paged_attention(*args, backend="torch"))
+"""
+    subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ, "TRITON_INTERPRET": "1"})
