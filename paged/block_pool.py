@@ -1,13 +1,13 @@
-"""The pool of KV blocks: reference counts, an LRU free queue, and the prefix-cache map.
+"""The pool of KV blocks: reference counts, the free blocks, and the prefix-cache map.
 
 A freed block keeps its content and its hash until it is handed out again, so a later request
-with the same prefix can take it back (a prefix-cache hit) for free. The free queue is an
-`OrderedDict`, C-implemented: popping the least recently freed block, appending, and taking a
-cached block out of the middle are all O(1) without allocating per call.
+with the same prefix can take it back (a prefix-cache hit) for free. Free blocks live in two
+places: blocks that hold nothing reusable (no hash) on a plain stack, handed out first and in
+bulk; cached blocks in an `OrderedDict` in least-recently-freed order, from which a hit takes a
+block out of the middle in O(1) and eviction pops the front. Neither allocates per call.
 
-Eviction order: blocks that hold nothing reusable (no hash) are handed out first; cached
-blocks in least-recently-freed order after them. Callers free a request's blocks tail first,
-so the end of a prefix is evicted before its start and the shared start survives longest.
+Callers free a request's blocks tail first, so the end of a prefix is evicted before its
+start and the shared start survives longest.
 """
 from __future__ import annotations
 
@@ -33,38 +33,44 @@ class BlockPool:
         self.num_blocks = num_blocks
         self.enable_caching = enable_caching
         self.blocks = [Block(i) for i in range(num_blocks)]
-        self._free: OrderedDict[int, Block] = OrderedDict((b.block_id, b) for b in self.blocks)
+        self._plain: list[Block] = self.blocks[::-1]  # free, no hash: popped from the end (block 0 first)
+        self._lru: OrderedDict[int, Block] = OrderedDict()  # free, cached: the front is evicted first
         self.cached: dict[object, Block] = {}
         self.num_evictions = 0
 
     @property
     def num_free_blocks(self) -> int:
-        return len(self._free)
+        return len(self._plain) + len(self._lru)
 
     @property
     def num_used_blocks(self) -> int:
-        return self.num_blocks - len(self._free)
+        return self.num_blocks - self.num_free_blocks
 
     @property
     def usage(self) -> float:
-        return 1.0 - len(self._free) / self.num_blocks
+        return self.num_used_blocks / self.num_blocks
+
+    def free_block_ids(self) -> set[int]:
+        return {b.block_id for b in self._plain} | set(self._lru)
 
     def get_cached(self, block_hash) -> Block | None:
         return self.cached.get(block_hash)
 
     def touch(self, blocks) -> None:
-        """Take references on cache hits; a hit on a free block takes it off the free queue."""
-        free = self._free
+        """Take references on cache hits; a hit on a free block takes it off the free list."""
+        lru = self._lru
         for b in blocks:
             if b.ref_cnt == 0:
-                del free[b.block_id]
+                del lru[b.block_id]
             b.ref_cnt += 1
 
     def allocate(self) -> Block:
         """Hand out one block (the caller checked `num_free_blocks`), evicting its old hash."""
-        _, b = self._free.popitem(last=False)
-        h = b.block_hash
-        if h is not None:
+        if self._plain:
+            b = self._plain.pop()
+        else:
+            _, b = self._lru.popitem(last=False)
+            h = b.block_hash
             if self.cached.get(h) is b:
                 del self.cached[h]
             b.block_hash = None
@@ -73,21 +79,30 @@ class BlockPool:
         return b
 
     def allocate_n(self, n: int) -> list[Block]:
-        if n > len(self._free):
-            raise RuntimeError(f"allocate_n({n}) with only {len(self._free)} free blocks")
-        return [self.allocate() for _ in range(n)]
+        plain = self._plain
+        if n > len(plain) + len(self._lru):
+            raise RuntimeError(f"allocate_n({n}) with only {self.num_free_blocks} free blocks")
+        k = min(n, len(plain))
+        blocks = plain[len(plain) - k:][::-1]  # in the order single pops would give
+        del plain[len(plain) - k:]
+        for b in blocks:
+            b.ref_cnt = 1
+        if k < n:
+            blocks += [self.allocate() for _ in range(n - k)]
+        return blocks
 
     def free(self, blocks) -> None:
         """Drop one reference from each block, in the order given (callers pass tail first)."""
-        free = self._free
+        plain, lru = self._plain, self._lru
         for b in blocks:
             if b.ref_cnt <= 0:
                 raise RuntimeError(f"double free of block {b.block_id}")
             b.ref_cnt -= 1
             if b.ref_cnt == 0:
-                free[b.block_id] = b
                 if b.block_hash is None:
-                    free.move_to_end(b.block_id, last=False)
+                    plain.append(b)
+                else:
+                    lru[b.block_id] = b
 
     def cache(self, block: Block, block_hash) -> None:
         """Register a full block under its hash; the first block to claim a hash keeps it."""
@@ -96,7 +111,9 @@ class BlockPool:
             self.cached[block_hash] = block
 
     def reset_prefix_cache(self) -> None:
-        """Forget every hash; free blocks become plain free blocks."""
+        """Forget every hash; free cached blocks become plain free blocks."""
         for b in self.cached.values():
             b.block_hash = None
         self.cached.clear()
+        self._plain.extend(self._lru.values())
+        self._lru.clear()

@@ -29,6 +29,10 @@ class BlockTable:
         self.blocks.append(block)
         self.block_ids.append(block.block_id)
 
+    def extend(self, blocks: list[Block]) -> None:
+        self.blocks.extend(blocks)
+        self.block_ids.extend([b.block_id for b in blocks])
+
     def replace(self, index: int, block: Block) -> None:
         self.blocks[index] = block
         self.block_ids[index] = block.block_id

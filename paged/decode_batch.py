@@ -66,10 +66,11 @@ class DecodeBatch:
         """Members whose next token starts a new block."""
         return self.buckets[self.clock % self.block_size]
 
-    def advance(self) -> list[Request]:
-        """Count one step taken; return the members that reached their output limit with it."""
-        self.clock = clock = self.clock + 1
-        self.context_sum += len(self.members)
+    def advance(self, k: int = 1) -> list[Request]:
+        """Count k steps taken; return the members that reached their output limit with the
+        last. (k > 1 only when no member finishes before the last: see steps_to_next_finish.)"""
+        self.clock = clock = self.clock + k
+        self.context_sum += k * len(self.members)
         done = self.finish_at.pop(clock, None)
         if done is None:
             return []
@@ -95,8 +96,9 @@ class DecodeBatch:
         n = len(self.members)
         if n == 0:
             return k_max
-        bs = self.block_size
-        sizes = self.block_needs(bs)
+        bs, c = self.block_size, self.clock % self.block_size
+        sizes = [len(b) for b in self.buckets]
+        sizes = sizes[c:] + sizes[:c]
         cycles = min(k_max // bs, num_free_blocks // n)  # each whole cycle of bs steps needs n blocks
         k, free = cycles * bs, num_free_blocks - cycles * n
         for s in sizes:

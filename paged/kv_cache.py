@@ -103,8 +103,7 @@ class KVCacheManager:
         pool = self.pool
         if computed_blocks:
             pool.touch(computed_blocks)
-            for b in computed_blocks:
-                table.append(b)
+            table.extend(computed_blocks)
         if cow:
             i = start // bs
             old = table.blocks[i]
@@ -112,15 +111,15 @@ class KVCacheManager:
             self.pending_copies.append((old.block_id, new.block_id))
             table.replace(i, new)
             pool.free((old,))
-        for _ in range(num_new_blocks):
-            table.append(pool.allocate())
+        if num_new_blocks:
+            table.extend(pool.allocate_n(num_new_blocks))
         self.num_table_slots += (len(computed_blocks) + num_new_blocks) * bs
         return True
 
     def append_block(self, request: Request) -> bool:
         """One more block for a decoding request crossing into a new block (the hot path)."""
         pool = self.pool
-        if not pool._free:
+        if not pool.num_free_blocks:
             return False
         self.tables[request.request_id].append(pool.allocate())
         self.num_table_slots += self.block_size

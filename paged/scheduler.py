@@ -356,18 +356,15 @@ class Scheduler(BaseScheduler):
 
     def advance_decode_steps(self, k: int, now: float) -> list[Request]:
         """Take k uniform decode steps at once (k <= max_uniform_decode_steps()), with synthetic
-        tokens. Identical to k rounds of schedule/update; `now` is the end of the last step."""
-        dec, kv = self.decode, self.kv
-        append_block = kv.append_block
+        tokens. Identical to k rounds of schedule/update: the same blocks are appended in the
+        same order; only the per-step bookkeeping is done once. `now` is the end of the last step."""
+        dec = self.decode
+        append_block, buckets, bs, clock = self.kv.append_block, dec.buckets, self.block_size, dec.clock
         n = len(dec.members)
-        for _ in range(k - 1):
-            for req in dec.crossers():
+        for j in range(k):
+            for req in buckets[(clock + j) % bs]:
                 append_block(req)
-            if dec.advance():
-                raise RuntimeError("advance_decode_steps: a request finished inside the window")
-        for req in dec.crossers():
-            append_block(req)
-        finished = dec.advance()
+        finished = dec.advance(k)
         for req in finished:
             self._finish(req, RequestStatus.FINISHED_LENGTH, now)
         self._count_step(n, n, k)

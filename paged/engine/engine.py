@@ -174,16 +174,10 @@ class LLMEngine:
     def _adopt_children(self, state: RequestState, finished_children: dict[str, Request]) -> None:
         """The scheduler forked the root after its prompt: follow the n - 1 new sequences too
         (ids `<root>-<i>`, as the core names them; one may have finished in the same step)."""
-        rid, n = state.request_id, state.params.n
-        for i in range(1, n):
+        rid = state.request_id
+        for i in range(1, state.params.n):
             child_id = f"{rid}-{i}"
-            child = self.scheduler.requests.get(child_id) or finished_children[child_id]
-            # Workaround (core): `Scheduler._fork` gives children their parent's `seq`, so two of a
-            # family preempted by recompute have equal policy keys, and the waiting heap then
-            # compares the Requests themselves (TypeError). A unique seq between the parent's and
-            # the next request's keeps the family's order.
-            child.seq = child.seq + i / n
-            state.add_sequence(child)
+            state.add_sequence(self.scheduler.requests.get(child_id) or finished_children[child_id])
 
 
 def _checked(params: SamplingParams | None) -> SamplingParams:

@@ -83,7 +83,8 @@ class GGUFFile:
             name = _hf_name(tensor.name)
             if name is None:
                 raise ValueError(f"{self.path}: unexpected tensor {tensor.name!r}")
-            w = dequantize(tensor.data, tensor.tensor_type).astype(np.float32, copy=False)
+            # A copy: float tensors come back as views of the read-only memory map.
+            w = np.array(dequantize(tensor.data, tensor.tensor_type), dtype=np.float32)
             if unpermute and name.endswith("q_proj.weight"):
                 w = unpermute_rows(w, config.num_attention_heads)
             elif unpermute and name.endswith("k_proj.weight"):

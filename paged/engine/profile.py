@@ -112,6 +112,8 @@ class _Profiler:
     def decoders(self, batch: int, context: int) -> tuple[Scheduler, SchedulerOutput] | None:
         """A scheduler whose next step decodes `batch` requests at `context` tokens each."""
         cache = self.engine.scheduler.cache_config
+        if not self.fits(context + 1, f"decode context {context}"):
+            return None
         if batch * (context // cache.block_size + 2) > cache.num_gpu_blocks:
             self.skipped.append(f"decode batch {batch} x context {context}: does not fit in the KV cache")
             return None
@@ -124,10 +126,19 @@ class _Profiler:
                 return scheduler, out
             self.skip_step(scheduler, out)
 
+    def fits(self, num_tokens: int, what: str) -> bool:
+        max_model_len = self.engine.scheduler.config.max_model_len
+        if num_tokens > max_model_len:
+            self.skipped.append(f"{what}: {num_tokens} tokens exceed max_model_len={max_model_len}")
+            return False
+        return True
+
     def run(self) -> None:
         grid = self.grid
         for context in grid.prefill_contexts:
             for chunk in grid.prefill_chunks:
+                if not self.fits(context + chunk, f"prefill chunk {chunk} after context {context}"):
+                    continue
                 scheduler = self.scheduler()
                 prefix = self.tokens(context)
                 if context:
@@ -144,7 +155,7 @@ class _Profiler:
                     self.measure(*made)
         for batch in grid.mixed_batches:
             for chunk in grid.mixed_chunks:
-                made = self.decoders(batch, grid.mixed_context)
+                made = self.decoders(batch, grid.mixed_context) if self.fits(chunk, f"chunk {chunk}") else None
                 if made is not None:
                     scheduler, out = made
                     self.skip_step(scheduler, out)

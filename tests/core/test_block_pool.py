@@ -59,7 +59,7 @@ class BlockPoolMachine(RuleBasedStateMachine):
                 counts[b.block_id] += 1
         assert [b.ref_cnt for b in self.pool.blocks] == counts
         assert self.pool.num_free_blocks == counts.count(0)
-        assert set(self.pool._free) == {i for i, c in enumerate(counts) if c == 0}
+        assert self.pool.free_block_ids() == {i for i, c in enumerate(counts) if c == 0}
 
     @invariant()
     def cache_map_is_consistent(self):

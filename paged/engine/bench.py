@@ -1,0 +1,133 @@
+"""Throughput of the engine against transformers' generate() with static padded batches.
+
+    python -m paged.engine.bench [--num-requests 64] [--input-scale 0.0625] [--output-scale 0.25]
+
+The requests are the first `num_requests` rows of the Azure LLM conversation trace (2023),
+with prompt and output lengths multiplied by the scales so the run takes minutes on a small
+CPU; prompts are random token ids, every request generates exactly its (scaled) output length
+(EOS ignored), greedy. Both systems run the same requests with the same weights (the model's
+GGUF, read by each side) in the same process, one after the other.
+
+- engine: all requests submitted at once; continuous batching, paged KV cache.
+- transformers: batches of `--hf-batch-size` requests in trace order, left-padded to the
+  longest prompt, each batch generating until its longest output is done — static batching.
+  Only each request's own output tokens count.
+
+Output tokens per second are wall-clock over the whole run, model loading excluded.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import random
+import time
+from pathlib import Path
+
+import torch
+
+from paged import SamplingParams
+
+from .llm import LLM
+from .loader import resolve_model_path
+
+TRACE = Path(__file__).resolve().parents[2] / "traces" / "azure_llm_2023_conv.csv"
+
+
+def load_requests(trace: Path, num: int, input_scale: float, output_scale: float, vocab: int,
+                  seed: int = 0) -> list[tuple[list[int], int]]:
+    """(prompt token ids, output length) for the trace's first `num` rows, lengths scaled."""
+    rng = random.Random(seed)
+    with open(trace) as f:
+        rows = [row for _, row in zip(range(num), csv.DictReader(f), strict=False)]
+    requests = []
+    for row in rows:
+        prompt_len = max(1, round(int(row["ContextTokens"]) * input_scale))
+        output_len = max(1, round(int(row["GeneratedTokens"]) * output_scale))
+        requests.append(([rng.randrange(32, vocab) for _ in range(prompt_len)], output_len))
+    return requests
+
+
+def hf_model_from_gguf(path: Path):
+    """transformers' own conversion of a Llama GGUF (its names, q/k order and dequantization path),
+    into a plain LlamaForCausalLM: `from_pretrained(gguf_file=...)` would need `accelerate`."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
+
+    raw = load_gguf_checkpoint(str(path))["config"]
+    model = LlamaForCausalLM(LlamaConfig(**{k: v for k, v in raw.items()
+                                            if k not in ("model_type", "_model_name_or_path")}))
+    tensors = load_gguf_checkpoint(str(path), return_tensors=True, model_to_load=model)["tensors"]
+    model.load_state_dict({k: torch.as_tensor(v) for k, v in tensors.items()}, strict=False)
+    model.tie_weights()
+    return model.eval()
+
+
+def run_engine(llm: LLM, requests) -> float:
+    params = [SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True) for _, n in requests]
+    start = time.perf_counter()
+    outputs = llm.generate([p for p, _ in requests], params)
+    elapsed = time.perf_counter() - start
+    assert [len(o.token_ids) for o in outputs] == [n for _, n in requests]
+    return elapsed
+
+
+@torch.inference_mode()
+def run_hf_static(model, requests, batch_size: int, pad_id: int) -> float:
+    from transformers import GenerationConfig
+
+    start = time.perf_counter()
+    for i in range(0, len(requests), batch_size):
+        batch = requests[i:i + batch_size]
+        width = max(len(p) for p, _ in batch)
+        ids = torch.tensor([[pad_id] * (width - len(p)) + p for p, _ in batch])
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p, _ in batch])
+        longest = max(n for _, n in batch)
+        config = GenerationConfig(max_new_tokens=longest, min_new_tokens=longest, do_sample=False,
+                                  pad_token_id=pad_id, eos_token_id=None)
+        out = model.generate(ids, attention_mask=mask, generation_config=config)
+        assert out.shape[1] == width + longest
+    return time.perf_counter() - start
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default="smollm2-135m", help="a Llama-architecture GGUF, or smollm2-135m")
+    ap.add_argument("--trace", type=Path, default=TRACE)
+    ap.add_argument("--num-requests", type=int, default=64)
+    ap.add_argument("--input-scale", type=float, default=1 / 16)
+    ap.add_argument("--output-scale", type=float, default=1 / 4)
+    ap.add_argument("--hf-batch-size", type=int, default=8)
+    ap.add_argument("--max-num-seqs", type=int, default=64)
+    ap.add_argument("--max-num-batched-tokens", type=int, default=512)
+    ap.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    ap.add_argument("--skip-hf", action="store_true", help="measure the engine only")
+    args = ap.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+
+    llm = LLM(args.model, max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
+              kv_cache_memory_bytes=1 << 30)
+    requests = load_requests(args.trace, args.num_requests, args.input_scale, args.output_scale,
+                             llm.llm_engine.model_config.vocab_size)
+    num_out = sum(n for _, n in requests)
+    print(f"{len(requests)} requests from {args.trace.name}: prompt lengths x{args.input_scale:g} "
+          f"({sum(len(p) for p, _ in requests)} tokens, max {max(len(p) for p, _ in requests)}), output lengths "
+          f"x{args.output_scale:g} ({num_out} tokens, max {max(n for _, n in requests)}); "
+          f"{torch.get_num_threads()} torch threads")
+    run_engine(llm, requests[:2])  # warm-up
+    engine_s = run_engine(llm, requests)
+    engine_tps = num_out / engine_s
+    print(f"engine: {engine_s:.1f} s, {engine_tps:.1f} output tokens/s "
+          f"({llm.scheduler.num_preemptions} preemptions, max_num_seqs={args.max_num_seqs})")
+    if args.skip_hf:
+        return
+    model = hf_model_from_gguf(resolve_model_path(args.model))
+    pad_id = llm.llm_engine.model_config.eos_token_ids[0]
+    hf_s = run_hf_static(model, requests, args.hf_batch_size, pad_id)
+    hf_tps = num_out / hf_s
+    print(f"transformers static batches of {args.hf_batch_size}: {hf_s:.1f} s, {hf_tps:.1f} output tokens/s")
+    print(f"speed-up: {engine_tps / hf_tps:.2f}x")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,32 @@
+"""The discrete-event simulator: real traces through the shared `paged` core, a cost model
+in place of the GPU.
+
+    from sim import simulate, SimConfig, load_workload
+    result = simulate(load_workload("traces/azure_llm_2023_conv.csv"), SimConfig(model="llama-2-7b"))
+    result.summary(); result.requests; result.timeseries; result.goodput(1.0, 0.1)
+"""
+from .config import ROUTERS, SimConfig
+from .cost_model import CostModel, RooflineParams, roofline_cost_model
+from .hardware import HARDWARE, HardwareSpec, get_hardware
+from .memory import KVPlan, plan_kv_cache
+from .models import KV_DTYPES, MODELS, ModelSpec, get_model
+from .profiled import ProfileFit, fit_profile
+from .report import SimResult, format_summary
+from .runner import simulate
+from .sweep import grid, sweep
+from .traces import TraceError, read_trace
+from .workload import (
+    Workload,
+    lengths_workload,
+    load_workload,
+    sample_lengths,
+    shared_prefix_workload,
+    synthetic_arrivals,
+)
+
+__all__ = [
+    "ROUTERS", "SimConfig", "CostModel", "RooflineParams", "roofline_cost_model", "HARDWARE", "HardwareSpec",
+    "get_hardware", "KVPlan", "plan_kv_cache", "KV_DTYPES", "MODELS", "ModelSpec", "get_model", "ProfileFit",
+    "fit_profile", "SimResult", "format_summary", "simulate", "grid", "sweep", "TraceError", "read_trace", "Workload",
+    "lengths_workload", "load_workload", "sample_lengths", "shared_prefix_workload", "synthetic_arrivals",
+]

@@ -1,0 +1,39 @@
+"""Simulated time as integer picoseconds ("ticks"), and arrivals that win ties.
+
+Integer time makes the fast path exact by construction: the duration of k decode steps is a
+sum of integers, so it can be computed in closed form and still equal, bit for bit, the time
+reached by adding the k step durations one at a time. Floats would round differently.
+One tick is 1 ps: far below any step time, and 2**63 ticks is 106 days of simulated time.
+
+Ties: a request arriving at exactly the time a step ends is seen by the next `schedule()`.
+Arrivals are therefore scheduled with simpy's URGENT priority, so that at equal times they
+are processed before any replica's step event, however the events were created.
+"""
+from __future__ import annotations
+
+import simpy
+from simpy.core import URGENT
+from simpy.events import Timeout
+
+TICKS_PER_S = 10**12
+
+
+def to_ticks(seconds: float) -> int:
+    return round(seconds * TICKS_PER_S)
+
+
+def to_seconds(ticks: int) -> float:
+    return ticks / TICKS_PER_S
+
+
+class UrgentTimeout(Timeout):
+    """A timeout processed before ordinary events due at the same time."""
+
+    def __init__(self, env: simpy.Environment, delay: int) -> None:
+        # Timeout.__init__ hard-codes NORMAL priority; this is its body with URGENT.
+        self.env = env
+        self.callbacks = []
+        self._value = None
+        self._delay = delay
+        self._ok = True
+        env.schedule(self, URGENT, delay)

@@ -1,0 +1,75 @@
+"""Replicas behind a router, fed by one arrival process.
+
+The arrival process walks the workload's columns and creates each `paged.Request` only when
+it arrives; its timeouts are URGENT (see `sim.clock`), so that at equal times every replica
+sees the arrival. Replicas cut their fast-path windows at the next arrival anywhere, which
+keeps the state a router reads at an arrival identical with and without the fast path.
+"""
+from __future__ import annotations
+
+import numpy as np
+import simpy
+
+from paged.request import Request, SamplingParams
+from paged.scheduler_base import BaseScheduler
+
+from .clock import TICKS_PER_S, UrgentTimeout
+from .cost_model import CostModel
+from .engine import Replica
+from .recorder import RequestLog, TimeSeries
+from .workload import Workload
+
+
+class Cluster:
+    def __init__(self, env: simpy.Environment, workload: Workload, schedulers: list[BaseScheduler], cost: CostModel,
+                 router, log: RequestLog, sample_interval_ticks: int, fast_path: bool = True, progress=None) -> None:
+        self.env = env
+        self.workload = workload
+        self.router = router
+        self.progress = progress  # a tqdm bar, or None
+        self.arrival_ticks = np.round(workload.arrival_s * TICKS_PER_S).astype(np.int64)
+        self.num_requests = len(workload)
+        self.next_index = 0
+        self._params: dict[int, SamplingParams] = {}
+        self._has_extra = any(c is not None for c in (workload.priority, workload.business_value, workload.deadline_s))
+        self.replicas = [Replica(i, env, s, cost, log, TimeSeries(sample_interval_ticks), self.next_arrival, fast_path)
+                         for i, s in enumerate(schedulers)]
+        env.process(self._arrivals())
+
+    def next_arrival(self) -> int | None:
+        i = self.next_index
+        return int(self.arrival_ticks[i]) if i < self.num_requests else None
+
+    def _arrivals(self):
+        env, ticks = self.env, self.arrival_ticks
+        every = max(1, self.num_requests // 200)
+        for i in range(self.num_requests):
+            t = int(ticks[i])
+            if t > env.now:
+                yield UrgentTimeout(env, t - env.now)
+            self.next_index = i + 1
+            self._deliver(i, t)
+            if self.progress is not None and (i + 1) % every == 0:
+                self.progress.update(every)
+
+    def _deliver(self, i: int, t: int) -> None:
+        w = self.workload
+        extra = {}
+        if self._has_extra:
+            if w.priority is not None:
+                extra["priority"] = int(w.priority[i])
+            if w.business_value is not None:
+                extra["business_value"] = float(w.business_value[i])
+            if w.deadline_s is not None:
+                extra["deadline"] = float(w.deadline_s[i])
+        max_tokens = int(w.num_output_tokens[i])
+        params = self._params.get(max_tokens)
+        if params is None:  # shared by all requests of this length: the scheduler only reads them
+            params = self._params[max_tokens] = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
+        req = Request(str(i), num_prompt_tokens=int(w.num_prompt_tokens[i]), sampling_params=params,
+                      arrival_time=t / TICKS_PER_S,
+                      prefix_hash_ids=w.prefix_ids(i) if w.prefix_index is not None else None,
+                      hash_id_block_size=w.hash_id_block_size, **extra)
+        replicas = self.replicas
+        r = replicas[0] if len(replicas) == 1 else replicas[self.router.route(req, replicas)]
+        r.add(req, t)

@@ -1,0 +1,86 @@
+"""SimConfig: everything about a simulated deployment, as one validated dataclass.
+
+The names follow vLLM's engine arguments where one exists (max_num_seqs, block_size,
+gpu_memory_utilization, swap_space, kv_cache_dtype, preemption_mode), so that a setting can
+be carried from the simulator to a real deployment unchanged.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from paged.policies import Policy
+
+from .cost_model import CostModel
+
+ROUTERS = ("round_robin", "least_outstanding", "least_kv", "prefix_aware")
+
+
+@dataclass(slots=True)
+class SimConfig:
+    # the deployment
+    model: str = "llama-2-7b"
+    hardware: str = "a100-80gb"
+    tp: int = 1
+    replicas: int = 1
+    router: str = "round_robin"
+    # the KV cache (num_gpu_blocks: None = what memory leaves; see sim.memory)
+    block_size: int = 16
+    kv_cache_dtype: str = "fp16"
+    gpu_memory_utilization: float = 0.9
+    num_gpu_blocks: int | None = None
+    swap_space_gib: float = 4.0  # host memory per GPU for preemption by swap
+    enable_prefix_caching: bool = True
+    watermark: float = 0.01
+    # the scheduler (max_model_len: None = the model's context length)
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 2048
+    max_model_len: int | None = None
+    enable_chunked_prefill: bool = True
+    long_prefill_token_threshold: int = 0
+    policy: str | Policy = "fcfs"
+    preemption: str = "recompute"
+    # the traditional baseline: fixed batches of static_batch_size, launched when full or after batch_timeout_s
+    static_batching: bool = False
+    static_batch_size: int = 8
+    batch_timeout_s: float = 0.010
+    # time: "roofline", a path to a paged-step-profile/1 JSON, or a CostModel
+    cost_model: str | CostModel = "roofline"
+    mfu_efficiency: float = 0.6
+    bandwidth_efficiency: float = 0.8
+    step_overhead_s: float = 0.002
+    # the simulator itself
+    fast_path: bool = True
+    timeseries_interval_s: float | None = None  # None: about 1,000 samples over the trace
+    progress: bool = False
+
+    def __post_init__(self) -> None:
+        def require(ok: bool, name: str, expected: str) -> None:
+            if not ok:
+                raise ValueError(f"SimConfig.{name}={getattr(self, name)!r}: expected {expected}")
+
+        require(isinstance(self.tp, int) and self.tp >= 1, "tp", "an integer >= 1")
+        require(isinstance(self.replicas, int) and self.replicas >= 1, "replicas", "an integer >= 1")
+        require(self.router in ROUTERS, "router", f"one of {list(ROUTERS)}")
+        require(self.num_gpu_blocks is None or self.num_gpu_blocks >= 1, "num_gpu_blocks", "None or >= 1")
+        require(self.swap_space_gib >= 0, "swap_space_gib", ">= 0")
+        require(self.max_model_len is None or self.max_model_len >= 2, "max_model_len", "None or >= 2")
+        require(isinstance(self.static_batch_size, int) and self.static_batch_size >= 1, "static_batch_size",
+                "an integer >= 1")
+        require(self.batch_timeout_s >= 0, "batch_timeout_s", ">= 0")
+        require(0 < self.mfu_efficiency <= 1, "mfu_efficiency", "a value in (0, 1]")
+        require(0 < self.bandwidth_efficiency <= 1, "bandwidth_efficiency", "a value in (0, 1]")
+        require(self.step_overhead_s >= 0, "step_overhead_s", ">= 0")
+        require(self.timeseries_interval_s is None or self.timeseries_interval_s > 0, "timeseries_interval_s",
+                "None or > 0")
+
+    def to_dict(self) -> dict:
+        """Plain values (for JSON output and sweep tables)."""
+        d = {f.name: getattr(self, f.name) for f in fields(self)}
+        for k in ("policy", "cost_model"):
+            if not isinstance(d[k], str):
+                d[k] = getattr(d[k], "name", None) or type(d[k]).__name__
+        return d
+
+    @classmethod
+    def field_names(cls) -> list[str]:
+        return [f.name for f in fields(cls)]

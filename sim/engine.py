@@ -1,0 +1,204 @@
+"""One replica: the shared `paged` Scheduler stepped by a simpy process, a cost model in
+place of the GPU.
+
+The process is tiny: wait until there is work, then repeatedly `begin` a step (the
+scheduler decides, the cost model says how long) and `end` it (the scheduler learns what
+happened) after that much simulated time. No scheduling decision is taken here.
+
+The fast path. After each step the scheduler says for how many next steps the decode batch
+stays fixed (`max_uniform_decode_steps`: no admission possible, no finish before the last,
+blocks enough). The replica then takes them as one event, cut short so that no request
+arrives before any of them starts (an arrival would be admitted by a real `schedule()`;
+an arrival at exactly a step boundary is seen by that step, see `sim.clock`), and so that
+it ends by the next time-series sample (a sample then always sees the scheduler as it is).
+Step times come from `sim.window` in closed form. The result is identical to stepping,
+which the tests check on random workloads and configurations.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import simpy
+
+from paged.scheduler_base import BaseScheduler
+
+from .clock import TICKS_PER_S, to_ticks
+from .cost_model import CostModel
+from .recorder import RequestLog, TimeSeries
+from .window import add_window_to_histogram, envelope, first_reaching, itl_bin, span, steps_within
+
+
+class Replica:
+    def __init__(self, index: int, env: simpy.Environment, scheduler: BaseScheduler, cost: CostModel,
+                 log: RequestLog, timeseries: TimeSeries, next_arrival: Callable[[], int | None],
+                 fast_path: bool = True) -> None:
+        self.index = index
+        self.env = env
+        self.scheduler = scheduler
+        self.cost = cost
+        self.log = log
+        self.timeseries = timeseries
+        self.next_arrival = next_arrival  # tick of the next request to arrive anywhere, None after the last
+        self.fast_path = fast_path
+        self.pool = scheduler.kv.pool
+        self.block_size = scheduler.block_size
+        self.idle = True
+        self.outstanding = 0  # requests routed here and not finished yet
+        self.peak_used_blocks = 0
+        self.itl_hist: dict[int, int] = {}  # inter-token latency of decode tokens: log bin -> tokens
+        self.itl_weighted_ticks = 0  # sum over decode tokens of their inter-token latency
+        self.num_windows = 0
+        self.num_window_steps = 0
+        self._wake = env.event()
+        self._wake_generation = 0
+        self._out = None  # the step in progress, when not a window
+        self._step_ticks = 0
+        self._window = None  # (steps, lines, batch size) of the window in progress
+        self._k = 0  # uniform decode steps available now
+        env.process(self._run())
+
+    # -- the simpy process --------------------------------------------------------------------
+    def _run(self):
+        env = self.env
+        while True:
+            yield self._wake
+            delay = self._begin(env.now)
+            while delay is not None:
+                yield env.timeout(delay)
+                self._end(env.now)
+                delay = self._begin(env.now)
+
+    # -- requests in --------------------------------------------------------------------------
+    def add(self, req, now: int) -> None:
+        if self.timeseries.next_tick < now:
+            self._sample(now)
+        self.scheduler.add_request(req)
+        if req.is_finished:  # rejected: it can never run here
+            self.log.record(req, self.index)
+            return
+        self.outstanding += 1
+        if self.idle:
+            self._wakeup()
+
+    @property
+    def used_blocks(self) -> int:
+        """Device blocks in use now. Inside a window the scheduler still shows its start, and
+        every step of the window has started (windows end at the next arrival): add its blocks."""
+        used = self.pool.num_used_blocks
+        return used + self._window_blocks(self._window[0]) if self._window is not None else used
+
+    def _window_blocks(self, n: int) -> int:
+        """Blocks the next n uniform decode steps allocate (periodic: each member of the batch
+        crosses into a new block once every block_size steps)."""
+        bs = self.block_size
+        needs = self.scheduler.block_needs(min(n, bs))
+        return n // bs * sum(needs) + sum(needs[:n % bs]) if n >= bs else sum(needs)
+
+    def _wakeup(self) -> None:
+        self.idle = False
+        self._wake_generation += 1
+        ev, self._wake = self._wake, self.env.event()
+        ev.succeed()
+
+    def _go_idle(self, now: int, next_wakeup: float | None) -> None:
+        self.idle = True
+        if next_wakeup is not None:  # static batching: a partial batch launches at its timeout
+            gen = self._wake_generation
+            timer = self.env.timeout(max(1, to_ticks(next_wakeup) - now))
+            timer.callbacks.append(lambda _ev: self._timer(gen))
+
+    def _timer(self, generation: int) -> None:
+        if self.idle and generation == self._wake_generation:  # not woken by an arrival since
+            self._wakeup()
+
+    # -- one step (or one window of uniform decode steps) -------------------------------------
+    def _begin(self, now: int) -> int | None:
+        """Start the next step at `now`; its duration in ticks, or None when there is nothing to run."""
+        sched = self.scheduler
+        k = self._k
+        if k:
+            self._k = 0
+            batch, context_sum = sched.uniform_step_shape()
+            lines = self.cost.decode_lines(batch, context_sum)
+            segs = envelope(lines)
+            # Every step must start before the next arrival, and the window must end by the next
+            # sample, so that a sample never has to see the middle of a window.
+            nxt = self.next_arrival()
+            n = k if nxt is None else first_reaching(segs, nxt - now, k)
+            d = span(segs, n)
+            budget = self.timeseries.next_tick - now
+            if d > budget:
+                n = steps_within(segs, budget, n)
+                d = span(segs, n)
+            if n:
+                used = self.pool.num_used_blocks
+                if used + (n // self.block_size + 1) * batch > self.peak_used_blocks:  # a new peak is possible
+                    used += self._window_blocks(n)
+                    if used > self.peak_used_blocks:
+                        self.peak_used_blocks = used
+                self._window = (n, lines, batch)
+                self.num_windows += 1
+                self.num_window_steps += n
+                self.itl_weighted_ticks += d * batch
+                return d
+        out = sched.schedule(now / TICKS_PER_S)
+        if out.is_empty and not out.preempted:
+            if sched.has_unfinished_requests() and out.next_wakeup is None:
+                raise RuntimeError(f"replica {self.index}: the scheduler has unfinished requests but scheduled "
+                                   f"nothing and set no wakeup at t={now / TICKS_PER_S:.6f} s: {sched.stats()}")
+            self._go_idle(now, out.next_wakeup)
+            return None
+        # (A step that only preempted still takes the per-step overhead, then the scheduler retries.)
+        self._out = out
+        used = self.pool.num_used_blocks
+        if used > self.peak_used_blocks:
+            self.peak_used_blocks = used
+        self._step_ticks = d = self.cost.step_ticks(out)
+        return d
+
+    def _end(self, now: int) -> None:
+        if self.timeseries.next_tick < now:
+            self._sample(now)
+        sched = self.scheduler
+        win = self._window
+        if win is not None:
+            self._window = None
+            n, lines, batch = win
+            finished = sched.advance_decode_steps(n, now / TICKS_PER_S)
+            add_window_to_histogram(self.itl_hist, lines, n, batch)
+        else:
+            out, self._out = self._out, None
+            finished = sched.update_from_output(out, None, now / TICKS_PER_S)
+            nd = out.num_decode_tokens
+            if nd:
+                d = self._step_ticks
+                b = itl_bin(d)
+                self.itl_hist[b] = self.itl_hist.get(b, 0) + nd
+                self.itl_weighted_ticks += d * nd
+        if finished:
+            record, index = self.log.record, self.index
+            for req in finished:
+                record(req, index)
+            self.outstanding -= len(finished)
+        if self.fast_path:
+            self._k = sched.max_uniform_decode_steps()
+
+    # -- time series --------------------------------------------------------------------------
+    def _sample(self, now: int) -> None:
+        """Record the samples due before `now`: the state has not changed since the last event,
+        and no window spans a sample time, so the scheduler shows the state of the moment."""
+        ts = self.timeseries
+        st = self.scheduler.stats()
+        out = self._out
+        row = (st.kv_cache_usage_perc, st.kv_cache_tokens_perc, st.fragmentation, st.num_requests_running,
+               st.num_requests_waiting, st.num_requests_swapped, out.num_scheduled_tokens if out is not None else 0)
+        rows, tick, interval = ts.rows, ts.next_tick, ts.interval
+        while tick < now:
+            rows.append((tick / TICKS_PER_S, *row))
+            tick += interval
+        ts.next_tick = tick
+
+    def close(self, end: int) -> None:
+        """Record the samples due up to the end of the run, inclusive."""
+        if self.timeseries.next_tick <= end:
+            self._sample(end + 1)

@@ -1,0 +1,57 @@
+"""Accelerator specs the roofline cost model and the memory planner need.
+
+Figures are the vendors' dense (no sparsity) datasheet numbers:
+- A100-80GB SXM: NVIDIA A100 datasheet (2021): 312 TFLOP/s BF16/FP16 tensor, 19.5 TFLOP/s FP32,
+  2,039 GB/s HBM2e, 80 GB, NVLink 600 GB/s (300 GB/s each way), PCIe Gen4 x16.
+- H100 SXM5 80GB: NVIDIA H100 datasheet: 989 TFLOP/s BF16 dense (1,979 with sparsity),
+  67 TFLOP/s FP32, 3.35 TB/s HBM3, NVLink 900 GB/s, PCIe Gen5 x16.
+- H200 SXM 141GB: NVIDIA H200 datasheet: H100 compute, 4.8 TB/s HBM3e, 141 GB.
+- RTX 4090: Ada whitepaper: 165 TFLOP/s FP16 tensor with FP32 accumulate (what PyTorch uses),
+  82.6 TFLOP/s FP32, 1,008 GB/s GDDR6X, 24 GB, no NVLink (all-reduce goes over PCIe).
+- L4: NVIDIA L4 datasheet: 121 TFLOP/s FP16 tensor dense, 30.3 TFLOP/s FP32, 300 GB/s, 24 GB, PCIe.
+PCIe Gen4 x16 moves 32 GB/s each way in theory, Gen5 64 GB/s. The "GB" of GPU memory in
+these datasheets are GiB (an A100-80GB reports 81,920 MiB).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+GB = 10**9
+TFLOP = 10**12
+
+
+@dataclass(slots=True, frozen=True)
+class HardwareSpec:
+    name: str
+    peak_flops: float  # FP16/BF16 tensor-core FLOP/s, dense
+    vector_flops: float  # FP32 FLOP/s off the tensor cores (dequantization runs there)
+    memory_bandwidth: float  # bytes/s
+    memory_gib: float
+    interconnect_bandwidth: float  # bytes/s each way between GPUs of one tensor-parallel group
+    pcie_bandwidth: float  # bytes/s each way between host and GPU (swap)
+
+    @property
+    def memory_bytes(self) -> int:
+        return int(self.memory_gib * 2**30)
+
+
+HARDWARE: dict[str, HardwareSpec] = {h.name: h for h in (
+    HardwareSpec("a100-80gb", 312 * TFLOP, 19.5 * TFLOP, 2039 * GB, 80, 300 * GB, 32 * GB),
+    HardwareSpec("h100", 989 * TFLOP, 67 * TFLOP, 3350 * GB, 80, 450 * GB, 64 * GB),
+    HardwareSpec("h200", 989 * TFLOP, 67 * TFLOP, 4800 * GB, 141, 450 * GB, 64 * GB),
+    HardwareSpec("rtx-4090", 165 * TFLOP, 82.6 * TFLOP, 1008 * GB, 24, 32 * GB, 32 * GB),
+    HardwareSpec("l4", 121 * TFLOP, 30.3 * TFLOP, 300 * GB, 24, 32 * GB, 32 * GB),
+)}
+
+_ALIASES = {"a100": "a100-80gb", "a100-80g": "a100-80gb", "h100-80gb": "h100", "h100-sxm": "h100",
+            "h200-141gb": "h200", "4090": "rtx-4090", "rtx4090": "rtx-4090"}
+
+
+def get_hardware(name: str | HardwareSpec) -> HardwareSpec:
+    if isinstance(name, HardwareSpec):
+        return name
+    key = name.lower()
+    key = _ALIASES.get(key, key)
+    if key not in HARDWARE:
+        raise ValueError(f"unknown hardware {name!r}: known are {sorted(HARDWARE)}")
+    return HARDWARE[key]

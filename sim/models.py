@@ -1,0 +1,96 @@
+"""Model specs (from each model's Hugging Face config.json) and KV-cache data types.
+
+The simulator needs only shapes: parameters (weights to read each step, 2 FLOPs per parameter
+per token), layers, attention heads and KV heads, head dim (attention FLOPs and KV bytes per
+token), hidden size (tensor-parallel all-reduce volume) and the context length the model
+was trained for (the default `max_model_len`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(slots=True, frozen=True)
+class ModelSpec:
+    name: str
+    num_params: float
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    hidden_size: int
+    max_model_len: int
+    aliases: tuple[str, ...] = ()
+    weight_bytes_per_param: int = 2  # fp16 / bf16 weights
+
+    @property
+    def weight_bytes(self) -> int:
+        return int(self.num_params * self.weight_bytes_per_param)
+
+    @property
+    def kv_elements_per_token(self) -> int:
+        """K and V, all layers, all KV heads."""
+        return 2 * self.num_layers * self.num_kv_heads * self.head_dim
+
+    def kv_bytes_per_token(self, kv_dtype: str = "fp16") -> float:
+        dt = get_kv_dtype(kv_dtype)
+        per_head = self.head_dim * dt.bits / 8 + dt.scale_bytes_per_head
+        return 2 * self.num_layers * self.num_kv_heads * per_head
+
+    @property
+    def attention_flops_per_pair(self) -> int:
+        """FLOPs of one (query token, context token) pair, all layers: QK^T and PV, 2 each."""
+        return 4 * self.num_heads * self.head_dim * self.num_layers
+
+
+MODELS: dict[str, ModelSpec] = {m.name: m for m in (
+    ModelSpec("llama-2-7b", 6.74e9, 32, 32, 32, 128, 4096, 4096, ("meta-llama/llama-2-7b-hf",)),
+    ModelSpec("llama-2-13b", 13.02e9, 40, 40, 40, 128, 5120, 4096, ("meta-llama/llama-2-13b-hf",)),
+    ModelSpec("llama-2-70b", 68.98e9, 80, 64, 8, 128, 8192, 4096, ("meta-llama/llama-2-70b-hf",)),
+    ModelSpec("llama-3-8b", 8.03e9, 32, 32, 8, 128, 4096, 8192, ("meta-llama/meta-llama-3-8b",)),
+    ModelSpec("llama-3.1-8b", 8.03e9, 32, 32, 8, 128, 4096, 131072, ("meta-llama/llama-3.1-8b",)),
+    ModelSpec("qwen2-7b", 7.62e9, 28, 28, 4, 128, 3584, 32768, ("qwen/qwen2-7b",)),
+    ModelSpec("smollm2-135m", 134.5e6, 30, 9, 3, 64, 576, 8192,
+              ("huggingfacetb/smollm2-135m", "huggingfacetb/smollm2-135m-instruct", "smollm2-135m-instruct")),
+)}
+_ALIASES = {a: m.name for m in MODELS.values() for a in m.aliases}
+
+
+def get_model(name: str | ModelSpec) -> ModelSpec:
+    if isinstance(name, ModelSpec):
+        return name
+    key = name.lower()
+    key = _ALIASES.get(key, key)
+    if key not in MODELS:
+        raise ValueError(f"unknown model {name!r}: known are {sorted(MODELS)}")
+    return MODELS[key]
+
+
+@dataclass(slots=True, frozen=True)
+class KVDtype:
+    """How the KV cache stores a value, and what reading it back costs.
+
+    int8 keeps one fp16 scale per (token, head); int4 a scale and a zero point (KIVI-style
+    asymmetric quantization); fp8 (e4m3) a per-tensor scale, i.e. nothing per token.
+    `dequant_ops` counts FP32 operations per element read: convert (+ unpack for int4),
+    multiply by the scale (+ add the zero point for int4).
+    """
+
+    name: str
+    bits: int
+    scale_bytes_per_head: int
+    dequant_ops: int
+
+
+KV_DTYPES: dict[str, KVDtype] = {d.name: d for d in (
+    KVDtype("fp16", 16, 0, 0),
+    KVDtype("fp8", 8, 0, 1),
+    KVDtype("int8", 8, 2, 2),
+    KVDtype("int4", 4, 4, 4),
+)}
+
+
+def get_kv_dtype(name: str) -> KVDtype:
+    if name not in KV_DTYPES:
+        raise ValueError(f"unknown KV cache dtype {name!r}: known are {list(KV_DTYPES)}")
+    return KV_DTYPES[name]

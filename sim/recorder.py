@@ -1,0 +1,64 @@
+"""What a run writes while it goes: per-request columns and time-series samples.
+
+Per-request results go into preallocated numpy columns the moment a request finishes (or is
+rejected), so memory stays flat however long the trace: no `Request` outlives its stay in
+the scheduler. Time series are sampled on a fixed grid of simulated time, not per token.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from paged.request import Request
+
+TIMESERIES_COLUMNS = ("time_s", "kv_usage", "kv_tokens", "fragmentation", "num_running", "num_waiting",
+                      "num_swapped", "batch_tokens")
+
+
+class RequestLog:
+    """One row per workload request, filled in when it leaves the system."""
+
+    __slots__ = ("arrival_s", "first_scheduled_s", "first_token_s", "finished_s", "num_generated", "num_preemptions",
+                 "prefix_hit_tokens", "status", "replica")
+
+    def __init__(self, n: int) -> None:
+        # The arrival time as the scheduler saw it (on the tick grid), so that differences with
+        # the times it recorded are exact.
+        self.arrival_s = np.full(n, np.nan)
+        self.first_scheduled_s = np.full(n, np.nan)
+        self.first_token_s = np.full(n, np.nan)
+        self.finished_s = np.full(n, np.nan)
+        self.num_generated = np.zeros(n, dtype=np.int32)
+        self.num_preemptions = np.zeros(n, dtype=np.int32)
+        self.prefix_hit_tokens = np.zeros(n, dtype=np.int32)
+        self.status = np.full(n, -1, dtype=np.int8)  # a paged.RequestStatus value once done
+        self.replica = np.full(n, -1, dtype=np.int16)
+
+    def record(self, req: Request, replica: int) -> None:
+        i = int(req.request_id)
+        self.arrival_s[i] = req.arrival_time
+        if req.first_scheduled_time is not None:
+            self.first_scheduled_s[i] = req.first_scheduled_time
+        if req.first_token_time is not None:
+            self.first_token_s[i] = req.first_token_time
+        if req.finished_time is not None:
+            self.finished_s[i] = req.finished_time
+        self.num_generated[i] = req.num_output_tokens
+        self.num_preemptions[i] = req.num_preemptions
+        self.prefix_hit_tokens[i] = max(req.num_cached_tokens, 0)
+        self.status[i] = req.status
+        self.replica[i] = replica
+
+
+class TimeSeries:
+    """Samples of one replica's state at times 0, dt, 2*dt, ... (ticks)."""
+
+    __slots__ = ("interval", "next_tick", "rows")
+
+    def __init__(self, interval_ticks: int) -> None:
+        self.interval = interval_ticks
+        self.next_tick = 0
+        self.rows: list[tuple] = []
+
+    def columns(self) -> dict[str, np.ndarray]:
+        data = np.array(self.rows, dtype=np.float64).reshape(-1, len(TIMESERIES_COLUMNS))
+        return {c: data[:, i] for i, c in enumerate(TIMESERIES_COLUMNS)}

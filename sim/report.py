@@ -1,0 +1,178 @@
+"""Results of a run: per-request records, summaries with percentiles, goodput, time series.
+
+`SimResult.requests` and `.timeseries` are pandas DataFrames built on first access from the
+numpy columns the run wrote; `summary()` reads the columns directly, so a million-request
+run can be summarised without building a DataFrame.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from paged.request import RequestStatus
+
+from .clock import TICKS_PER_S
+from .recorder import RequestLog
+from .window import bin_value
+from .workload import Workload
+
+LATENCIES = ("queueing_delay_s", "ttft_s", "tpot_s", "e2e_s")
+FINISHED = (RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH)
+
+
+def stats_of(values: np.ndarray) -> dict[str, float]:
+    """mean, p50, p90, p99 (linear interpolation, as numpy); NaN when there are no values."""
+    v = values[~np.isnan(values)]
+    if not len(v):
+        return {"mean": math.nan, "p50": math.nan, "p90": math.nan, "p99": math.nan}
+    p50, p90, p99 = np.percentile(v, [50, 90, 99])
+    return {"mean": float(v.mean()), "p50": float(p50), "p90": float(p90), "p99": float(p99)}
+
+
+def histogram_stats(hist: dict[int, int], total_ticks_weighted: int) -> dict[str, float]:
+    """mean (exact) and percentiles (to the 1% bin) of a log histogram {bin: weight}."""
+    weight = sum(hist.values())
+    if not weight:
+        return {"mean": math.nan, "p50": math.nan, "p90": math.nan, "p99": math.nan}
+    bins = sorted(hist)
+    cum = np.cumsum([hist[b] for b in bins])
+    out = {"mean": total_ticks_weighted / weight / TICKS_PER_S}
+    for q in (50, 90, 99):
+        i = int(np.searchsorted(cum, q / 100 * weight))
+        out[f"p{q}"] = bin_value(bins[min(i, len(bins) - 1)]) / TICKS_PER_S
+    return out
+
+
+@dataclass
+class SimResult:
+    config: object  # the SimConfig of the run
+    workload: Workload
+    log: RequestLog
+    timeseries_columns: dict[str, np.ndarray]  # with a "replica" column
+    counters: dict  # figures summed (or maxed) over replicas, see `sim.runner`
+    itl_hist: dict[int, int]
+    itl_weighted_ticks: int
+    simulated_time_s: float
+    wall_time_s: float
+    num_gpu_blocks: int
+    schedulers: list = field(default_factory=list, repr=False)  # each replica's paged scheduler, at the end
+    _requests: object = field(default=None, repr=False)
+
+    # -- per-request ------------------------------------------------------------------------
+    def latency_columns(self) -> dict[str, np.ndarray]:
+        lg = self.log
+        arrival = lg.arrival_s
+        ttft = lg.first_token_s - arrival
+        gen = lg.num_generated.astype(np.float64)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            tpot = np.where(gen > 1, (lg.finished_s - lg.first_token_s) / (gen - 1), np.nan)
+        return {"queueing_delay_s": lg.first_scheduled_s - arrival, "ttft_s": ttft, "tpot_s": tpot,
+                "e2e_s": lg.finished_s - arrival}
+
+    @property
+    def requests(self):
+        """One row per request of the workload (pandas DataFrame)."""
+        if self._requests is None:
+            import pandas as pd
+
+            lg, w = self.log, self.workload
+            names = {int(s): s.name.lower() for s in RequestStatus}
+            names[-1] = "unfinished"
+            self._requests = pd.DataFrame({
+                "request_id": np.arange(len(w)), "replica": lg.replica, "arrival_s": lg.arrival_s,
+                "num_prompt_tokens": w.num_prompt_tokens, "num_output_tokens": w.num_output_tokens,
+                "num_generated": lg.num_generated, "prefix_hit_tokens": lg.prefix_hit_tokens,
+                "first_scheduled_s": lg.first_scheduled_s, "first_token_s": lg.first_token_s,
+                "finished_s": lg.finished_s, **self.latency_columns(), "num_preemptions": lg.num_preemptions,
+                "status": pd.Categorical([names[int(s)] for s in lg.status]),
+            })
+        return self._requests
+
+    @property
+    def timeseries(self):
+        """KV usage, fragmentation, running / waiting / swapped requests and batch tokens of each
+        replica, sampled on a fixed grid of simulated time (pandas DataFrame)."""
+        import pandas as pd
+
+        return pd.DataFrame(self.timeseries_columns)
+
+    # -- summaries ----------------------------------------------------------------------------
+    def finished_mask(self) -> np.ndarray:
+        s = self.log.status
+        return (s == FINISHED[0]) | (s == FINISHED[1])
+
+    def summary(self) -> dict:
+        done = self.finished_mask()
+        lat = self.latency_columns()
+        c = self.counters
+        T = self.simulated_time_s
+        ts = self.timeseries_columns
+        out = {
+            "num_requests": len(self.workload),
+            "num_finished": int(done.sum()),
+            "num_rejected": int((self.log.status == RequestStatus.REJECTED).sum()),
+            "num_capped": self.workload.num_capped,
+            "simulated_time_s": T,
+            "wall_time_s": self.wall_time_s,
+            "sim_requests_per_wall_s": len(self.workload) / self.wall_time_s if self.wall_time_s else math.nan,
+            "throughput_req_s": done.sum() / T if T else math.nan,
+            "input_tokens_per_s": float(self.workload.num_prompt_tokens[done].sum() / T) if T else math.nan,
+            "output_tokens_per_s": float(self.log.num_generated[done].sum() / T) if T else math.nan,
+        }
+        for name in LATENCIES:
+            out[name] = stats_of(lat[name][done])
+        out["itl_s"] = histogram_stats(self.itl_hist, self.itl_weighted_ticks)
+        queries = c["prefix_cache_queries"]
+        out.update({
+            "prefix_cache_hit_rate": c["prefix_cache_hits"] / queries if queries else 0.0,
+            "kv_usage_mean": float(ts["kv_usage"].mean()) if len(ts["kv_usage"]) else 0.0,
+            "kv_usage_max": c["peak_kv_usage"],
+            "kv_tokens_mean": float(ts["kv_tokens"].mean()) if len(ts["kv_tokens"]) else 0.0,
+            "fragmentation_mean": float(ts["fragmentation"].mean()) if len(ts["fragmentation"]) else 0.0,
+            "num_preemptions": c["num_preemptions"],
+            "effective_batch_size_mean": c["num_scheduled_seqs"] / c["num_steps"] if c["num_steps"] else 0.0,
+            "num_steps": c["num_steps"],
+            "fast_path_step_fraction": c["num_window_steps"] / c["num_steps"] if c["num_steps"] else 0.0,
+            "num_gpu_blocks": self.num_gpu_blocks,
+        })
+        return out
+
+    def goodput(self, ttft_slo_s: float, tpot_slo_s: float) -> dict[str, float]:
+        """DistServe's goodput: finished requests per second that meet both the TTFT and the
+        TPOT target (a one-token output has no TPOT and meets it), and the attainment."""
+        done = self.finished_mask()
+        lat = self.latency_columns()
+        tpot = lat["tpot_s"]
+        ok = done & (lat["ttft_s"] <= ttft_slo_s) & (np.isnan(tpot) | (tpot <= tpot_slo_s))
+        n = len(self.workload)
+        return {"ttft_slo_s": ttft_slo_s, "tpot_slo_s": tpot_slo_s,
+                "goodput_req_s": float(ok.sum() / self.simulated_time_s) if self.simulated_time_s else math.nan,
+                "slo_attainment": float(ok.sum() / n) if n else math.nan}
+
+    def plot(self, path=None):
+        """Latency CDFs and KV usage over time; saved to `path` when given. Returns the figure."""
+        from .plots import summary_figure
+
+        return summary_figure(self, path)
+
+
+def format_summary(s: dict) -> str:
+    """The summary as an aligned text table."""
+    lines = []
+    for k, v in s.items():
+        if isinstance(v, dict):
+            v = "  ".join(f"{q} {_fmt(x)}" for q, x in v.items())
+        else:
+            v = _fmt(v)
+        lines.append(f"{k:<28} {v}")
+    return "\n".join(lines)
+
+
+def _fmt(v) -> str:
+    if isinstance(v, float):
+        if math.isnan(v):
+            return "-"
+        return f"{v:.4g}" if abs(v) < 1e6 else f"{v:.3e}"
+    return str(v)

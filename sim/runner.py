@@ -1,0 +1,138 @@
+"""`simulate(workload, config)`: build the replicas' schedulers, KV pools and cost model from a
+SimConfig, replay the workload through them, and return a SimResult."""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import replace
+
+import numpy as np
+import simpy
+
+from paged.config import CacheConfig, SchedulerConfig
+from paged.scheduler import Scheduler
+
+from .clock import TICKS_PER_S, to_ticks
+from .cluster import Cluster
+from .config import SimConfig
+from .cost_model import CostModel, RooflineParams, roofline_cost_model
+from .hardware import get_hardware
+from .memory import plan_kv_cache
+from .models import get_model
+from .recorder import TIMESERIES_COLUMNS, RequestLog
+from .report import SimResult
+from .router import make_router
+from .workload import Workload
+
+
+def build_cost_model(config: SimConfig) -> CostModel:
+    cm = config.cost_model
+    if isinstance(cm, CostModel):
+        return cm
+    if cm == "roofline":
+        return roofline_cost_model(config.model, config.hardware, tp=config.tp, kv_cache_dtype=config.kv_cache_dtype,
+                                   block_size=config.block_size,
+                                   params=RooflineParams(config.mfu_efficiency, config.bandwidth_efficiency,
+                                                         config.step_overhead_s))
+    from .profiled import fit_profile
+
+    return fit_profile(cm).cost_model
+
+
+def build_cache_config(config: SimConfig) -> CacheConfig:
+    model, hw = get_model(config.model), get_hardware(config.hardware)
+    plan = plan_kv_cache(model, hw, tp=config.tp, gpu_memory_utilization=config.gpu_memory_utilization,
+                         block_size=config.block_size, kv_dtype=config.kv_cache_dtype,
+                         swap_space_gib=config.swap_space_gib)
+    return CacheConfig(
+        num_gpu_blocks=config.num_gpu_blocks or plan.num_gpu_blocks,
+        block_size=config.block_size,
+        num_cpu_blocks=plan.num_cpu_blocks if config.preemption == "swap" else 0,
+        enable_prefix_caching=config.enable_prefix_caching,
+        watermark=config.watermark,
+    )
+
+
+def build_scheduler_config(config: SimConfig) -> SchedulerConfig:
+    return SchedulerConfig(
+        max_num_seqs=config.max_num_seqs,
+        max_num_batched_tokens=config.max_num_batched_tokens,
+        max_model_len=config.max_model_len or get_model(config.model).max_model_len,
+        enable_chunked_prefill=config.enable_chunked_prefill,
+        long_prefill_token_threshold=config.long_prefill_token_threshold,
+        policy=config.policy,
+        preemption_mode=config.preemption,
+    )
+
+
+def make_scheduler(config: SimConfig, cache: CacheConfig, sched: SchedulerConfig):
+    if not config.static_batching:
+        return Scheduler(cache, sched)
+    try:
+        from paged.static_batching import StaticBatchScheduler
+    except ImportError as e:
+        raise RuntimeError(f"static batching needs paged.static_batching.StaticBatchScheduler ({e})") from None
+    return StaticBatchScheduler(cache, sched, batch_size=config.static_batch_size,
+                                batch_timeout_s=config.batch_timeout_s)
+
+
+def sample_interval_s(workload: Workload) -> float:
+    """About 1,000 samples over the arrivals, on a 1-2-5 grid, and at least 10 ms: a fast-path
+    window never spans a sample, so samples much closer than steps would cut every window."""
+    raw = max(float(workload.arrival_s[-1]) if len(workload) else 0.0, 1e-3) / 1000
+    base = 10 ** math.floor(math.log10(raw))
+    return max(0.01, next(m * base for m in (1, 2, 5, 10) if m * base >= raw))
+
+
+def simulate(workload: Workload, config: SimConfig | None = None, **overrides) -> SimResult:
+    """Replay `workload` on the deployment `config` describes (keyword overrides change fields)."""
+    config = replace(config or SimConfig(), **overrides)
+    start = time.perf_counter()
+    cost = build_cost_model(config)
+    cache, sched = build_cache_config(config), build_scheduler_config(config)
+    schedulers = [make_scheduler(config, cache, sched) for _ in range(config.replicas)]
+    capacity_ids = cache.num_gpu_slots // workload.hash_id_block_size or 1
+    router = make_router(config.router, config.replicas, capacity_ids)
+    interval = config.timeseries_interval_s or sample_interval_s(workload)
+    env = simpy.Environment()
+    log = RequestLog(len(workload))
+    progress = None
+    if config.progress:
+        from tqdm import tqdm
+
+        progress = tqdm(total=len(workload), unit="req", desc="arrivals", mininterval=0.5)
+    cluster = Cluster(env, workload, schedulers, cost, router, log, to_ticks(interval), config.fast_path, progress)
+    env.run()
+    end = env.now
+    replicas = cluster.replicas
+    for r in replicas:
+        r.close(end)
+    if progress is not None:
+        progress.close()
+    wall = time.perf_counter() - start
+
+    ts = {c: [] for c in ("replica", *TIMESERIES_COLUMNS)}
+    for r in replicas:
+        cols = r.timeseries.columns()
+        ts["replica"].append(np.full(len(cols["time_s"]), r.index, dtype=np.float64))
+        for c in TIMESERIES_COLUMNS:
+            ts[c].append(cols[c])
+    ts = {c: np.concatenate(v) for c, v in ts.items()}
+    ts["replica"] = ts["replica"].astype(np.int64)
+    itl_hist: dict[int, int] = {}
+    for r in replicas:
+        for b, w in r.itl_hist.items():
+            itl_hist[b] = itl_hist.get(b, 0) + w
+    scheds = [r.scheduler for r in replicas]
+    counters = {
+        "num_steps": sum(s.num_steps for s in scheds),
+        "num_scheduled_seqs": sum(s.num_scheduled_seqs for s in scheds),
+        "num_preemptions": sum(s.num_preemptions for s in scheds),
+        "prefix_cache_queries": sum(s.kv.prefix_cache_queries for s in scheds),
+        "prefix_cache_hits": sum(s.kv.prefix_cache_hits for s in scheds),
+        "peak_kv_usage": max(r.peak_used_blocks for r in replicas) / cache.num_gpu_blocks,
+        "num_window_steps": sum(r.num_window_steps for r in replicas),
+        "num_windows": sum(r.num_windows for r in replicas),
+    }
+    return SimResult(config, workload, log, ts, counters, itl_hist, sum(r.itl_weighted_ticks for r in replicas),
+                     end / TICKS_PER_S, wall, cache.num_gpu_blocks, scheds)

@@ -1,0 +1,159 @@
+"""Readers of trace files into plain numpy columns, with errors that name the file, the line
+and the value. Formats (see traces/README.md):
+
+- azure:    `TIMESTAMP,ContextTokens,GeneratedTokens` (absolute datetimes)
+- vidur:    `arrived_at,num_prefill_tokens,num_decode_tokens` (seconds)
+- mooncake: JSON lines with `timestamp` (ms), `input_length`, `output_length`, `hash_ids`
+- lengths:  `num_prefill_tokens,num_decode_tokens` (no arrival times: arrivals are synthetic)
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+FORMATS = ("azure", "vidur", "mooncake", "lengths")
+_CSV_COLUMNS = {
+    "azure": ("TIMESTAMP", "ContextTokens", "GeneratedTokens"),
+    "vidur": ("arrived_at", "num_prefill_tokens", "num_decode_tokens"),
+    "lengths": ("num_prefill_tokens", "num_decode_tokens"),
+}
+
+
+class TraceError(ValueError):
+    """A malformed trace: the message names the file, the line and the value."""
+
+
+@dataclass(slots=True)
+class TraceColumns:
+    arrival_s: np.ndarray | None  # None for length-only traces
+    num_prompt_tokens: np.ndarray
+    num_output_tokens: np.ndarray
+    hash_ids: list[list[int]] | None = None  # mooncake: prefix block ids per request
+
+
+def detect_format(path: str | Path) -> str:
+    path = Path(path)
+    if path.suffix in (".jsonl", ".json"):
+        return "mooncake"
+    with open(path, encoding="utf-8") as f:
+        header = [c.strip() for c in f.readline().strip().split(",")]
+    for fmt in ("azure", "vidur", "lengths"):
+        if all(c in header for c in _CSV_COLUMNS[fmt]):
+            return fmt
+    raise TraceError(f"{path}: cannot tell the trace format from the header {header}; expected the columns of "
+                     f"one of {_CSV_COLUMNS} or a .jsonl Mooncake trace (or pass the format: {list(FORMATS)})")
+
+
+def read_trace(path: str | Path, fmt: str = "auto") -> TraceColumns:
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"trace file {path} does not exist")
+    if fmt == "auto":
+        fmt = detect_format(path)
+    if fmt == "mooncake":
+        return _read_mooncake(path)
+    if fmt not in _CSV_COLUMNS:
+        raise ValueError(f"unknown trace format {fmt!r}: known are {['auto', *FORMATS]}")
+    return _read_csv(path, fmt)
+
+
+def _fail(path: Path, row: int, column: str, value, expected: str) -> TraceError:
+    # Row 0 is on line 2, under the header.
+    return TraceError(f"{path}, line {row + 2}: {column}={value!r}: expected {expected}")
+
+
+def _lengths(path: Path, raw, column: str) -> np.ndarray:
+    import pandas as pd
+
+    values = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=np.float64)
+    bad = ~(np.isfinite(values) & (values >= 1) & (values == np.floor(values)))
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise _fail(path, i, column, raw.iloc[i], "a whole number of tokens >= 1")
+    return values.astype(np.int64)
+
+
+def _read_csv(path: Path, fmt: str) -> TraceColumns:
+    import pandas as pd
+
+    columns = _CSV_COLUMNS[fmt]
+    try:
+        df = pd.read_csv(path, dtype=str, keep_default_na=False, skip_blank_lines=False, index_col=False)
+    except pd.errors.ParserError as e:
+        raise TraceError(f"{path}: {e}") from None
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise TraceError(f"{path}, line 1: missing column(s) {missing}; the {fmt} format has {list(columns)}, "
+                         f"the file has {list(df.columns)}")
+    for c in columns:
+        empty = (df[c].isna() | (df[c].str.strip() == "")).to_numpy()
+        if empty.any():
+            i = int(np.argmax(empty))
+            raise _fail(path, i, c, "", "a value (the row is missing this column)")
+    arrival = None
+    if fmt == "azure":
+        raw = df["TIMESTAMP"]
+        ts = pd.to_datetime(raw, format="%Y-%m-%d %H:%M:%S.%f", errors="coerce")
+        if ts.isna().any():
+            i = int(np.argmax(ts.isna().to_numpy()))
+            raise _fail(path, i, "TIMESTAMP", raw.iloc[i], "a datetime like 2023-11-16 18:15:46.6805900")
+        arrival = (ts - ts.iloc[0]).dt.total_seconds().to_numpy(dtype=np.float64) if len(ts) else np.zeros(0)
+        time_col = "TIMESTAMP"
+    elif fmt == "vidur":
+        raw = df["arrived_at"]
+        arrival = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=np.float64)
+        bad = ~(np.isfinite(arrival) & (arrival >= 0))
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise _fail(path, i, "arrived_at", raw.iloc[i], "a time in seconds >= 0")
+        time_col = "arrived_at"
+    if arrival is not None:
+        _check_order(path, arrival, df[time_col])
+    prompt_col, output_col = columns[-2:]
+    return TraceColumns(arrival, _lengths(path, df[prompt_col], prompt_col), _lengths(path, df[output_col], output_col))
+
+
+def _check_order(path: Path, arrival: np.ndarray, raw, row_offset: int = 0) -> None:
+    back = np.diff(arrival) < 0
+    if back.any():
+        i = int(np.argmax(back)) + 1
+        raise _fail(path, i + row_offset, raw.name, raw.iloc[i],
+                    f"arrival times that do not go backwards (the row before has {raw.iloc[i - 1]!r})")
+
+
+def _read_mooncake(path: Path) -> TraceColumns:
+    times, prompts, outputs, ids = [], [], [], []
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise TraceError(f"{path}, line {lineno}: not valid JSON ({e.msg}): {line.strip()[:80]!r}") from None
+            if not isinstance(rec, dict):
+                raise TraceError(f"{path}, line {lineno}: expected a JSON object, got {line.strip()[:80]!r}")
+            for key in ("timestamp", "input_length", "output_length"):
+                if key not in rec:
+                    raise TraceError(f"{path}, line {lineno}: missing key {key!r} (the line has {sorted(rec)})")
+            t, p, o = rec["timestamp"], rec["input_length"], rec["output_length"]
+            if isinstance(t, bool) or not isinstance(t, (int, float)) or not t >= 0:
+                raise TraceError(f"{path}, line {lineno}: timestamp={t!r}: expected milliseconds >= 0")
+            if times and t < times[-1]:
+                raise TraceError(f"{path}, line {lineno}: timestamp={t!r}: expected arrival times that do not go "
+                                 f"backwards (the line before has {times[-1]!r})")
+            for key, v in (("input_length", p), ("output_length", o)):
+                if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                    raise TraceError(f"{path}, line {lineno}: {key}={v!r}: expected a whole number of tokens >= 1")
+            h = rec.get("hash_ids", [])
+            if not isinstance(h, list) or not all(isinstance(x, int) and not isinstance(x, bool) for x in h):
+                raise TraceError(f"{path}, line {lineno}: hash_ids={str(h)[:80]}: expected a list of integers")
+            times.append(t)
+            prompts.append(p)
+            outputs.append(o)
+            ids.append(h)
+    return TraceColumns(np.asarray(times, dtype=np.float64) / 1000.0, np.asarray(prompts, dtype=np.int64),
+                        np.asarray(outputs, dtype=np.int64), ids)

@@ -1,0 +1,73 @@
+"""The command line: run with --json, YAML configs, errors, demo."""
+import json
+import subprocess
+import sys
+
+from sim.cli import main
+
+KEYS = ("num_requests", "num_finished", "num_rejected", "simulated_time_s", "wall_time_s", "throughput_req_s",
+        "output_tokens_per_s", "ttft_s", "tpot_s", "e2e_s", "prefix_cache_hit_rate", "kv_usage_mean", "kv_usage_max",
+        "num_preemptions", "effective_batch_size_mean")
+
+
+def test_run_writes_json(tmp_path, azure_conv, capsys):
+    out = tmp_path / "out.json"
+    rc = main(["run", "--trace", str(azure_conv), "--num-requests", "200", "--time-scale", "0.5", "--model",
+               "llama-2-7b", "--hardware", "a100-80gb", "--tp", "1", "--replicas", "2", "--router", "least_kv",
+               "--block-size", "16", "--max-num-seqs", "128", "--max-num-batched-tokens", "4096", "--policy", "sjf",
+               "--preemption", "swap", "--no-prefix-caching", "--kv-cache-dtype", "fp8", "--no-fast-path",
+               "--json", str(out), "--slo-ttft-s", "1", "--slo-tpot-s", "0.1", "--plot", str(tmp_path / "f.png")])
+    assert rc == 0
+    doc = json.loads(out.read_text())
+    for k in KEYS:
+        assert k in doc
+    for k in ("ttft_s", "tpot_s", "e2e_s"):
+        assert set(doc[k]) == {"mean", "p50", "p90", "p99"}
+    assert doc["num_requests"] == 200 and doc["config"]["replicas"] == 2 and doc["config"]["fast_path"] is False
+    assert doc["config"]["kv_cache_dtype"] == "fp8" and doc["config"]["enable_prefix_caching"] is False
+    assert "goodput_req_s" in doc["goodput"] and (tmp_path / "f.png").stat().st_size > 10_000
+    assert "ttft_s" in capsys.readouterr().out
+
+
+def test_yaml_config_and_overrides(tmp_path, traces):
+    cfg = tmp_path / "exp.yaml"
+    cfg.write_text(f"trace: {traces / 'sharegpt_8k_filtered_stats_llama2_tokenizer.csv'}\nnum_requests: 50\n"
+                   "rate: 2.0\narrival: gamma\ncv: 3.0\nmodel: llama-3-8b\nhardware: h100\nreplicas: 2\n")
+    out = tmp_path / "o.json"
+    assert main(["run", "--config", str(cfg), "--replicas", "3", "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["num_requests"] == 50 and doc["config"]["model"] == "llama-3-8b" and doc["config"]["replicas"] == 3
+    cfg.write_text("modle: llama-2-7b\n")
+    try:
+        main(["run", "--config", str(cfg)])
+        raise AssertionError("an unknown key must fail")
+    except SystemExit as e:
+        assert "modle" in str(e)
+
+
+def test_errors_are_one_clear_line(tmp_path, azure_conv, capsys):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6,x,3\n")
+    assert main(["run", "--trace", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert str(bad) in err and "line 2" in err and "'x'" in err
+    assert main(["run", "--trace", str(azure_conv), "--model", "gpt-5"]) == 2
+    assert "llama-2-7b" in capsys.readouterr().err
+    assert main(["run", "--trace", str(azure_conv), "--model", "llama-2-70b", "--num-requests", "5"]) == 2
+    assert "short by" in capsys.readouterr().err
+
+
+def test_demo_as_make_runs_it(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "sim", "demo", "--num-requests", "300", "--out", str(tmp_path)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "simulated requests/s" in r.stdout and "ttft_s" in r.stdout
+    assert (tmp_path / "demo.png").stat().st_size > 20_000 and (tmp_path / "summary.json").exists()
+
+
+def test_bench_cases_run():
+    from sim.bench import run_case
+
+    row = run_case("synthetic", 300, True, 5.0)
+    assert row["num_requests"] == 300 and row["sim_req_per_s"] > 0 and row["peak_mb"] >= row["base_mb"] > 0
+    assert run_case("azure", 100, False, 5.0)["fast_path_steps"] == 0.0

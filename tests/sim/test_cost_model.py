@@ -1,0 +1,118 @@
+"""Roofline, memory plan and profiled cost model: sanity against known figures."""
+import json
+import random
+
+import numpy as np
+import pytest
+
+from paged.outputs import SchedulerOutput
+from sim import fit_profile, get_hardware, get_model, plan_kv_cache, roofline_cost_model
+from sim.window import envelope, span
+
+
+def step(cm, **kw) -> float:
+    return cm.step_seconds(**kw)
+
+
+def test_roofline_llama2_7b_a100():
+    cm = roofline_cost_model("llama-2-7b", "a100-80gb")
+    # decode of one short sequence: the weights (13.5 GB) at ~80% of 2 TB/s, plus the overhead
+    one = step(cm, num_decode_tokens=1, decode_context_sum=100, num_seqs=1)
+    assert 0.008 < one < 0.012
+    # a 2048-token prefill is compute-bound: 27.6 TFLOP at 60% of 312 TFLOP/s
+    pre = step(cm, num_prefill_tokens=2048, prefill_attention_pairs=2048 * 2049 // 2, num_seqs=1)
+    assert 0.14 < pre < 0.18
+    # decode cost grows with the context read
+    assert step(cm, num_decode_tokens=64, decode_context_sum=64 * 2000, num_seqs=64) > 2 * one
+    h100 = roofline_cost_model("llama-2-7b", "h100")
+    assert step(h100, num_decode_tokens=1, decode_context_sum=100, num_seqs=1) < one
+
+
+def test_tensor_parallel_and_kv_dtype():
+    base = roofline_cost_model("llama-2-13b", "a100-80gb")
+    tp2 = roofline_cost_model("llama-2-13b", "a100-80gb", tp=2)
+    kw = dict(num_decode_tokens=32, decode_context_sum=32 * 1000, num_seqs=32)
+    assert step(base, **kw) / 2 < step(tp2, **kw) < step(base, **kw)  # split work, plus all-reduce
+    fp16, fp8, int4 = (roofline_cost_model("llama-2-7b", "a100-80gb", kv_cache_dtype=d)
+                       for d in ("fp16", "fp8", "int4"))
+    long = dict(num_decode_tokens=128, decode_context_sum=128 * 3000, num_seqs=128)
+    assert step(fp8, **long) < step(fp16, **long)  # half the KV bytes read
+    assert step(int4, **long) > step(fp8, **long) * 0.8  # dequantization eats much of int4's saving
+
+
+def test_memory_plan():
+    m, a100 = get_model("llama-2-7b"), get_hardware("a100-80gb")
+    plan = plan_kv_cache(m, a100)
+    assert m.kv_bytes_per_token() == 512 * 1024
+    assert 7000 < plan.num_gpu_blocks < 8000  # ~0.9 * 80 GiB - 13.5 GB, in 8 MiB blocks
+    assert plan_kv_cache(m, a100, kv_dtype="fp8").num_gpu_blocks == pytest.approx(2 * plan.num_gpu_blocks, abs=2)
+    assert plan_kv_cache(m, a100, kv_dtype="int4").num_gpu_blocks > 3 * plan.num_gpu_blocks
+    with pytest.raises(ValueError, match=r"short by \d+\.\d GB"):
+        plan_kv_cache(get_model("llama-2-70b"), a100)
+    assert plan_kv_cache(get_model("llama-2-70b"), a100, tp=2).num_gpu_blocks > 0
+    assert plan_kv_cache(get_model("llama-3.1-8b"), get_hardware("h200")).num_gpu_blocks * 16 > 131072
+
+
+def test_unknown_names_list_the_known():
+    with pytest.raises(ValueError, match="llama-2-7b"):
+        get_model("gpt-5")
+    with pytest.raises(ValueError, match="a100-80gb"):
+        get_hardware("tpu-v5")
+    with pytest.raises(ValueError, match="fp16"):
+        roofline_cost_model("llama-2-7b", "h100", kv_cache_dtype="fp4")
+
+
+@pytest.mark.parametrize("model", ["llama-2-7b", "llama-3-8b", "smollm2-135m", "llama-2-70b"])
+def test_decode_lines_agree_with_step_ticks(model):
+    cm = roofline_cost_model(model, "h100", tp=2 if "70b" in model else 1)
+    rng = random.Random(0)
+    for _ in range(50):
+        B, ctx, k = rng.randint(1, 256), rng.randint(1, 10**6), rng.randint(1, 64)
+        lines = cm.decode_lines(B, ctx)
+        reqs = [None] * B
+        total = 0
+        for j in range(k):
+            out = SchedulerOutput(reqs, [], [], num_decode_tokens=B, decode_context_sum=ctx + j * B)
+            total += cm.step_ticks(out)
+        assert span(envelope(lines), k) == total
+
+
+def write_profile(path, coef, n=200, noise=0.02, seed=0):
+    rng = np.random.default_rng(seed)
+    samples = []
+    for _ in range(n):
+        p = int(rng.integers(0, 2048)) if rng.random() < 0.5 else 0
+        d = int(rng.integers(0 if p else 1, 128))
+        ctx = d * int(rng.integers(16, 2048))
+        pairs = p * (p + 1) // 2
+        x = np.array([1, p, pairs, d, ctx, d + (1 if p else 0)], dtype=float)
+        t = float(x @ coef) * (1 + noise * rng.standard_normal())
+        samples.append(dict(num_prefill_tokens=p, prefill_attention_pairs=pairs, num_decode_tokens=d,
+                            decode_context_sum=ctx, num_seqs=int(x[5]), time_s=t))
+    path.write_text(json.dumps({"format": "paged-step-profile/1", "model": "smollm2-135m", "device": "cpu",
+                                "dtype": "float32", "block_size": 16, "num_threads": 2, "samples": samples}))
+
+
+def test_profiled_model_recovers_coefficients(tmp_path):
+    coef = np.array([2e-3, 5e-6, 1e-9, 2e-5, 3e-8, 1e-5])
+    p = tmp_path / "prof.json"
+    write_profile(p, coef)
+    fit = fit_profile(p)
+    assert fit.heldout_mape < 0.03  # the 2% noise
+    got = np.array(list(fit.coefficients_s.values()))
+    assert np.all(got >= 0)
+    assert got[0] == pytest.approx(coef[0], rel=0.1) and got[1] == pytest.approx(coef[1], rel=0.1)
+    assert "held-out error" in fit.cost_model.description
+
+
+def test_bad_profiles(tmp_path):
+    p = tmp_path / "prof.json"
+    p.write_text(json.dumps({"format": "other/2", "samples": []}))
+    with pytest.raises(ValueError, match="paged-step-profile/1"):
+        fit_profile(p)
+    write_profile(p, np.ones(6) * 1e-4, n=10)
+    doc = json.loads(p.read_text())
+    doc["samples"][3]["time_s"] = -1
+    p.write_text(json.dumps(doc))
+    with pytest.raises(ValueError, match=r"samples\[3\]\.time_s=-1"):
+        fit_profile(p)

@@ -1,0 +1,60 @@
+"""The fast path gives exactly what stepping one iteration at a time gives."""
+from dataclasses import replace
+
+import numpy as np
+from hypothesis import given, settings
+
+from sim import SimConfig, Workload, load_workload, simulate
+
+from .strategies import UNIT_STEPS, sim_configs, workloads
+
+UNTIMED = ("wall_time_s", "sim_requests_per_wall_s", "fast_path_step_fraction")
+
+
+def assert_identical(a, b):
+    sa, sb = a.summary(), b.summary()
+    for k in UNTIMED:
+        sa.pop(k), sb.pop(k)
+    assert sa == sb or str(sa) == str(sb)  # str: NaN != NaN
+    assert a.requests.equals(b.requests)
+    assert a.timeseries.equals(b.timeseries)
+    assert a.itl_hist == b.itl_hist
+    assert a.itl_weighted_ticks == b.itl_weighted_ticks
+    for sa, sb in zip(a.schedulers, b.schedulers, strict=True):
+        assert (sa.num_steps, sa.num_scheduled_seqs, sa.num_scheduled_tokens, sa.num_preemptions,
+                sa.kv.prefix_cache_hits, sa.kv.pool.num_evictions) == \
+               (sb.num_steps, sb.num_scheduled_seqs, sb.num_scheduled_tokens, sb.num_preemptions,
+                sb.kv.prefix_cache_hits, sb.kv.pool.num_evictions)
+
+
+@settings(max_examples=settings().max_examples * 4)
+@given(workloads(), sim_configs())
+def test_fast_path_is_exact(workload, config):
+    fast = simulate(workload, replace(config, fast_path=True))
+    step = simulate(workload, replace(config, fast_path=False))
+    assert step.counters["num_windows"] == 0
+    assert_identical(fast, step)
+
+
+def test_fast_path_on_a_real_trace_takes_windows_and_agrees(azure_conv):
+    w = load_workload(azure_conv, num_requests=400, max_model_len=4096)
+    config = SimConfig(num_gpu_blocks=2000)  # small enough to preempt
+    fast, step = simulate(w, config), simulate(w, replace(config, fast_path=False))
+    assert fast.counters["num_window_steps"] > fast.counters["num_steps"] // 2
+    assert fast.summary()["num_preemptions"] > 0
+    assert_identical(fast, step)
+
+
+def test_an_arrival_at_a_step_boundary_is_seen_by_that_step():
+    # Request 0 decodes in 10 ms steps from t=10 ms; request 1 arrives at exactly t=50 ms,
+    # the start of a step inside what would otherwise be one long window.
+    w = Workload(np.array([0.0, 0.05]), np.array([16, 16]), np.array([40, 5]))
+    for fast in (True, False):
+        r = simulate(w, SimConfig(cost_model=UNIT_STEPS, fast_path=fast, timeseries_interval_s=1.0))
+        df = r.requests
+        assert df.first_scheduled_s[1] == 0.05 and df.first_token_s[1] == 0.06
+        assert df.finished_s[0] == 0.4  # 40 tokens, one per 10 ms step
+    fast, step = (simulate(w, SimConfig(cost_model=UNIT_STEPS, fast_path=f, timeseries_interval_s=0.1))
+                  for f in (True, False))
+    assert fast.counters["num_windows"] >= 2
+    assert_identical(fast, step)

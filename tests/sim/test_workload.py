@@ -1,0 +1,120 @@
+"""Trace loaders, malformed rows, transforms and synthetic workloads."""
+import json
+
+import numpy as np
+import pytest
+
+from sim import TraceError, load_workload, sample_lengths, shared_prefix_workload, synthetic_arrivals
+from sim.traces import detect_format
+
+
+def test_real_traces_load_with_their_documented_facts(traces):
+    conv = load_workload(traces / "azure_llm_2023_conv.csv")
+    assert len(conv) == 19366 and conv.arrival_s[0] == 0.0
+    assert 3500 < conv.arrival_s[-1] < 3510  # 5.5 req/s over 3,502 s
+    assert round(conv.num_prompt_tokens.mean()) == 1155 and round(conv.num_output_tokens.mean()) == 211
+    moon = load_workload(traces / "mooncake_fast25_synthetic_trace.jsonl")
+    assert len(moon) == 3993 and moon.hash_id_block_size == 512
+    ids = moon.prefix_ids(0)
+    assert len(ids) == -(-int(moon.num_prompt_tokens[0]) // 512)
+    lengths = load_workload(traces / "sharegpt_8k_filtered_stats_llama2_tokenizer.csv", rate=2.0)
+    assert len(lengths) == 30731 and lengths.prefix_index is None
+    assert detect_format(traces / "azure_llm_2023_code.csv") == "azure"
+
+
+def test_vidur_format(tmp_path):
+    p = tmp_path / "v.csv"
+    p.write_text("arrived_at,num_prefill_tokens,num_decode_tokens\n1.5,10,3\n2.0,20,4\n2.0,5,1\n")
+    w = load_workload(p)
+    assert w.arrival_s.tolist() == [0.0, 0.5, 0.5] and w.num_prompt_tokens.tolist() == [10, 20, 5]
+
+
+AZ = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+ROW = "2023-11-16 18:15:46.6805900,374,44\n"
+
+
+@pytest.mark.parametrize("body, where, what", [
+    (AZ + ROW + "2023-11-16 18:15:47.0,12\n", "line 3", "GeneratedTokens"),  # missing column
+    (AZ + ROW + "2023-11-16 18:15:47.0,abc,4\n", "line 3", "'abc'"),  # not a number
+    (AZ + ROW + "2023-11-16 18:15:47.0,-5,4\n", "line 3", "'-5'"),  # negative length
+    (AZ + ROW + "2023-11-16 18:15:47.0,5,0\n", "line 3", "'0'"),  # zero length
+    (AZ + ROW + "2023-11-16 18:15:45.0,5,3\n", "line 3", "backwards"),  # time goes backwards
+    (AZ + ROW + "yesterday,5,3\n", "line 3", "'yesterday'"),
+    (AZ + ROW + ROW.strip() + ",7\n", "line 3", "fields"),  # an extra column
+    ("TIMESTAMP,ContextTokens\n" + "2023-11-16 18:15:46.6,3\n", "line 1", "GeneratedTokens"),
+])
+def test_malformed_azure_rows_name_file_line_and_value(tmp_path, body, where, what):
+    p = tmp_path / "bad.csv"
+    p.write_text(body)
+    with pytest.raises(TraceError) as e:
+        load_workload(p, "azure")
+    assert str(p) in str(e.value) and where in str(e.value) and what in str(e.value)
+
+
+@pytest.mark.parametrize("line, what", [
+    ('{"timestamp": 5, "input_length": 10}', "output_length"),
+    ('{"timestamp": 5, "input_length": "x", "output_length": 3}', "input_length='x'"),
+    ('{"timestamp": 5, "input_length": 0, "output_length": 3}', "input_length=0"),
+    ('{"timestamp": 1, "input_length": 4, "output_length": 3}', "backwards"),
+    ('{"timestamp": 5, "input_length": 4, "output_length": 3, "hash_ids": "a"}', "hash_ids"),
+    ("not json", "not valid JSON"),
+])
+def test_malformed_mooncake_lines(tmp_path, line, what):
+    p = tmp_path / "bad.jsonl"
+    good = json.dumps({"timestamp": 2, "input_length": 600, "output_length": 3, "hash_ids": [1, 2]})
+    p.write_text(good + "\n" + line + "\n")
+    with pytest.raises(TraceError) as e:
+        load_workload(p)
+    assert str(p) in str(e.value) and "line 2" in str(e.value) and what in str(e.value)
+
+
+def test_unknown_format_lists_known(tmp_path, traces):
+    with pytest.raises(ValueError, match="azure.*vidur.*mooncake.*lengths"):
+        load_workload(traces / "azure_llm_2023_conv.csv", "parquet")
+    p = tmp_path / "odd.csv"
+    p.write_text("a,b\n1,2\n")
+    with pytest.raises(TraceError, match="cannot tell the trace format"):
+        load_workload(p)
+
+
+def test_length_only_trace_needs_a_rate(traces):
+    with pytest.raises(ValueError, match="--rate"):
+        load_workload(traces / "sharegpt_8k_filtered_stats_llama2_tokenizer.csv")
+
+
+def test_transforms(azure_conv):
+    w = load_workload(azure_conv)
+    head = w.head(100)
+    assert len(head) == 100
+    half = head.scale_time(0.5)  # twice the load
+    assert np.allclose(half.arrival_s, head.arrival_s * 0.5)
+    win = w.window(100.0, 200.0)
+    assert win.arrival_s[0] == 0.0 and win.arrival_s[-1] < 100.0
+    assert len(win) == np.count_nonzero((w.arrival_s >= 100) & (w.arrival_s < 200))
+    capped = w.cap_lengths(4096)
+    over = (w.num_prompt_tokens >= 4096) | (w.num_prompt_tokens + w.num_output_tokens > 4096)
+    assert capped.num_capped == over.sum() > 0
+    assert (capped.num_prompt_tokens + capped.num_output_tokens <= 4096).all()
+    opts = load_workload(azure_conv, start_s=100.0, duration_s=100.0, num_requests=50, time_scale=2.0,
+                         max_model_len=4096)
+    assert len(opts) == 50 and np.allclose(opts.arrival_s, win.head(50).arrival_s * 2.0)
+
+
+def test_synthetic_arrivals_rates_and_burstiness():
+    n = 200_000
+    for process, cv in (("poisson", 1.0), ("gamma", 4.0), ("constant", 0.0)):
+        t = synthetic_arrivals(n, 10.0, process, cv if cv else 1.0, 0)
+        gaps = np.diff(t)
+        assert t[0] == 0.0 and abs(gaps.mean() - 0.1) < 0.005
+        assert abs(gaps.std() / gaps.mean() - cv) < 0.1 * max(cv, 1)
+    assert np.array_equal(synthetic_arrivals(100, 3.0, "gamma", 2.0, 7), synthetic_arrivals(100, 3.0, "gamma", 2.0, 7))
+    with pytest.raises(ValueError, match="poisson"):
+        synthetic_arrivals(10, 1.0, "weibull")
+
+
+def test_shared_prefix_and_sampled_lengths(azure_conv):
+    w = shared_prefix_workload(10, num_groups=2, prefix_tokens=100, suffix_tokens=20, output_tokens=5, rate=1.0)
+    assert w.prefix_ids(0) == w.prefix_ids(2) != w.prefix_ids(1)
+    assert len(w.prefix_ids(0)) == 100 // 16 and (w.num_prompt_tokens == 120).all()
+    p, o = sample_lengths(load_workload(azure_conv), 1000, seed=3)
+    assert len(p) == len(o) == 1000 and p.min() >= 1
