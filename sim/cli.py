@@ -51,6 +51,8 @@ def _add_sim_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--static-batching", action="store_true", help="the traditional baseline instead of paging")
     g.add_argument("--static-batch-size", type=int, default=d.static_batch_size)
     g.add_argument("--batch-timeout-s", type=float, default=d.batch_timeout_s)
+    g.add_argument("--static-reserve", choices=["max_model_len", "max_tokens"], default=d.static_reserve,
+                   help="KV a static batch reserves per request")
     g = p.add_argument_group("cost model")
     g.add_argument("--cost-model", default=d.cost_model, help="roofline, or a paged-step-profile/1 JSON file")
     g.add_argument("--mfu-efficiency", type=float, default=d.mfu_efficiency)

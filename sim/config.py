@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 from paged.policies import Policy
+from paged.static_batching import RESERVE_MODES
 
 from .cost_model import CostModel
 
@@ -43,6 +44,10 @@ class SimConfig:
     static_batching: bool = False
     static_batch_size: int = 8
     batch_timeout_s: float = 0.010
+    # what a static batch reserves per request: "max_model_len" (a server that cannot know the
+    # output length: the article's baseline) or "max_tokens" (prompt + the request's max_tokens,
+    # which on a trace is its true output length: an oracle no real static server has)
+    static_reserve: str = "max_model_len"
     # time: "roofline", a path to a paged-step-profile/1 JSON, or a CostModel
     cost_model: str | CostModel = "roofline"
     mfu_efficiency: float = 0.6
@@ -67,6 +72,7 @@ class SimConfig:
         require(isinstance(self.static_batch_size, int) and self.static_batch_size >= 1, "static_batch_size",
                 "an integer >= 1")
         require(self.batch_timeout_s >= 0, "batch_timeout_s", ">= 0")
+        require(self.static_reserve in RESERVE_MODES, "static_reserve", f"one of {list(RESERVE_MODES)}")
         require(0 < self.mfu_efficiency <= 1, "mfu_efficiency", "a value in (0, 1]")
         require(0 < self.bandwidth_efficiency <= 1, "bandwidth_efficiency", "a value in (0, 1]")
         require(self.step_overhead_s >= 0, "step_overhead_s", ">= 0")

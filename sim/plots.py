@@ -14,10 +14,8 @@ STYLE = {
 
 
 def figure(nrows: int = 1, ncols: int = 1, width: float = 4.0, height: float = 3.0):
-    """A figure in the project's style (Agg backend: no display needed)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
+    """A figure in the project's style. Scripts without a display get matplotlib's headless
+    default backend on their own; a notebook keeps its inline one."""
     import matplotlib.pyplot as plt
 
     plt.rcParams.update(STYLE)

@@ -11,6 +11,7 @@ import simpy
 
 from paged.config import CacheConfig, SchedulerConfig
 from paged.scheduler import Scheduler
+from paged.static_batching import StaticBatchScheduler
 
 from .clock import TICKS_PER_S, to_ticks
 from .cluster import Cluster
@@ -68,12 +69,8 @@ def build_scheduler_config(config: SimConfig) -> SchedulerConfig:
 def make_scheduler(config: SimConfig, cache: CacheConfig, sched: SchedulerConfig):
     if not config.static_batching:
         return Scheduler(cache, sched)
-    try:
-        from paged.static_batching import StaticBatchScheduler
-    except ImportError as e:
-        raise RuntimeError(f"static batching needs paged.static_batching.StaticBatchScheduler ({e})") from None
     return StaticBatchScheduler(cache, sched, batch_size=config.static_batch_size,
-                                batch_timeout_s=config.batch_timeout_s)
+                                batch_timeout_s=config.batch_timeout_s, reserve=config.static_reserve)
 
 
 def sample_interval_s(workload: Workload) -> float:

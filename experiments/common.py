@@ -1,0 +1,108 @@
+"""What every experiment shares: its command line, where it writes, the project's figure style
+and colours, and how it states a verdict on a claim of the article.
+
+Each experiment runs as `python experiments/NAME.py [--out DIR] [--quick]` from the repo root. It
+writes NAME.csv and NAME.png (plus verdicts.txt) into DIR, by default experiments/results/NAME/
+(git-ignored), and prints one verdict per claim: a claim is a hypothesis, and the verdict says
+whether it held, with the numbers and the conditions. `--quick` runs a small slice (for tests):
+its numbers check the plumbing, not the claims.
+
+Figures use `sim.plots` (the demo's style), so every figure of the project looks alike.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from sim import Workload, get_model, load_workload
+
+REPO = Path(__file__).resolve().parent.parent
+TRACES = REPO / "traces"
+AZURE_CONV = TRACES / "azure_llm_2023_conv.csv"
+MOONCAKE = TRACES / "mooncake_fast25_synthetic_trace.jsonl"
+RESULTS = REPO / "experiments" / "results"
+SATURATION = math.inf  # an offered load: every request arrives at t=0
+
+# One colour per system in every figure.
+COLORS = {"paged": "tab:blue", "static": "tab:red", "static (max_tokens)": "tab:orange",
+          "static (max_model_len)": "tab:red", "with prefix caching": "tab:blue",
+          "without prefix caching": "tab:red"}
+
+
+def parse_args(name: str, description: str, argv: list[str] | None) -> argparse.Namespace:
+    """--out DIR (created) and --quick, the options every experiment has."""
+    p = argparse.ArgumentParser(prog=f"python experiments/{name}.py", description=description)
+    p.add_argument("--out", type=Path, default=RESULTS / name, help=f"output folder (default {RESULTS / name})")
+    p.add_argument("--quick", action="store_true", help="a small slice, for the tests: checks plumbing, not claims")
+    args = p.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    return args
+
+
+def write_csv(table, out: Path, stem: str) -> Path:
+    path = out / f"{stem}.csv"
+    table.to_csv(path, index=False, float_format="%.6g")
+    return path
+
+
+def write_png(fig, out: Path, stem: str) -> Path:
+    import matplotlib.pyplot as plt
+
+    path = out / f"{stem}.png"
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+@dataclass(slots=True)
+class Verdict:
+    claim: str  # the article's words
+    outcome: str  # "holds", "partly holds" or "does not hold"
+    evidence: str  # the numbers measured, and the conditions under which they were
+
+    def __str__(self) -> str:
+        return f"[{self.outcome.upper()}] {self.claim}\n    {self.evidence}"
+
+
+def report(verdicts: list[Verdict], out: Path, files: list[Path]) -> None:
+    """Print the verdicts and the files written; keep the verdicts next to the figures."""
+    text = "\n".join(str(v) for v in verdicts)
+    (out / "verdicts.txt").write_text(text + "\n")
+    print(text)
+    print("wrote " + ", ".join(str(f) for f in [*files, out / "verdicts.txt"]))
+
+
+def outcome(ok: bool, partly: bool = False) -> str:
+    return "holds" if ok else "partly holds" if partly else "does not hold"
+
+
+def azure_conv(num_requests: int | None, model: str = "llama-2-7b") -> Workload:
+    """The Azure conversation trace (first N requests), capped to the model's context as a client would."""
+    return load_workload(AZURE_CONV, num_requests=num_requests, max_model_len=get_model(model).max_model_len)
+
+
+def at_load(workload: Workload, qps: float) -> Workload:
+    """The trace's requests with arrivals rescaled to `qps` requests per second (its burstiness kept)."""
+    if qps == SATURATION:
+        return workload.scale_time(1e-12)
+    native = (len(workload) - 1) / workload.arrival_s[-1]
+    return workload.scale_time(native / qps)
+
+
+def log_x(ax, ticks, label: str) -> None:
+    """A log x axis labelled at `ticks` in plain numbers (matplotlib's default 3x10^-1 labels collide)."""
+    from matplotlib.ticker import NullFormatter
+
+    ax.set_xscale("log")
+    ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.set_xlabel(label)
+
+
+def percent(x: float) -> str:
+    return "-" if np.isnan(x) else f"{100 * x:.0f}%"
