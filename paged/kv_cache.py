@@ -3,8 +3,14 @@
 It answers the scheduler's questions — how much of this prompt is cached, is there room for
 these tokens — and does the bookkeeping: allocation that says "no room" instead of
 over-committing, prefix-cache hits, freeing, fork with copy-on-write, and swap to the host.
-Copies and swaps are not performed here: they are returned (or queued in `pending_copies`)
-for the driver, which owns the memory.
+Copies and swaps are not performed here: they are returned for the driver, which owns the
+memory and applies a step's moves in this order: swap out, swap in, copies, then the forward.
+
+Within one scheduling step a block freed by one decision may be handed out by the next, so a
+block whose content the driver still has to read stays reserved until `end_step`: the source
+of a copy-on-write, and host blocks being swapped in. A request preempted in the step that
+copied its block gets its shared block back and the copy is dropped, so a swap-out never
+reads a copy that has not been made.
 """
 from __future__ import annotations
 
@@ -24,7 +30,9 @@ class KVCacheManager:
         self.cpu_pool = BlockPool(config.num_cpu_blocks, enable_caching=False) if config.num_cpu_blocks else None
         self.tables: dict[str, BlockTable] = {}
         self.cpu_tables: dict[str, list[Block]] = {}
-        self.pending_copies: list[tuple[int, int]] = []
+        self._cow: list[tuple[str, int, Block, Block]] = []  # (request id, index, source, copy) this step
+        self._pins: dict[int, int] = {}  # source block id -> references held for copies in flight
+        self._cpu_releases: list[Block] = []  # host blocks being swapped in this step
         self.num_table_slots = 0  # slots of all block tables together (fragmentation's denominator)
         self.prefix_cache_queries = 0  # tokens looked up, counted once per admission (as vLLM)
         self.prefix_cache_hits = 0
@@ -87,19 +95,14 @@ class KVCacheManager:
         also holds (after a fork), that block is copied first (copy-on-write).
         """
         rid = request.request_id
+        num_new_blocks, cow, from_free = self._plan(request, num_new_tokens, computed_blocks)
+        if from_free + reserve > self.pool.num_free_blocks:
+            return False
         table = self.tables.get(rid)
         if table is None:
             table = self.tables[rid] = BlockTable(self.block_size)
         bs = self.block_size
         start = request.num_computed_tokens + len(computed_blocks) * bs
-        have = len(table) + len(computed_blocks)
-        num_new_blocks = max(0, -(-(start + num_new_tokens) // bs) - have)
-        from_free = num_new_blocks + sum(1 for b in computed_blocks if b.ref_cnt == 0)
-        cow = start % bs != 0 and table.blocks[start // bs].ref_cnt > 1 if have else False
-        if from_free + cow + reserve > self.pool.num_free_blocks:
-            if not table.blocks:
-                del self.tables[rid]
-            return False
         pool = self.pool
         if computed_blocks:
             pool.touch(computed_blocks)
@@ -108,13 +111,40 @@ class KVCacheManager:
             i = start // bs
             old = table.blocks[i]
             new = pool.allocate()
-            self.pending_copies.append((old.block_id, new.block_id))
             table.replace(i, new)
-            pool.free((old,))
+            self._cow.append((rid, i, old, new))  # `old` keeps this table's reference until end_step
+            self._pins[old.block_id] = self._pins.get(old.block_id, 0) + 1
         if num_new_blocks:
             table.extend(pool.allocate_n(num_new_blocks))
         self.num_table_slots += (len(computed_blocks) + num_new_blocks) * bs
         return True
+
+    def _plan(self, request: Request, num_new_tokens: int, computed_blocks) -> tuple[int, bool, int]:
+        """For an allocation: (new blocks, whether the first block written must be copied first,
+        blocks taken from the free lists, cached hits on free blocks included)."""
+        bs = self.block_size
+        table = self.tables.get(request.request_id)
+        start = request.num_computed_tokens + len(computed_blocks) * bs
+        have = (len(table) if table is not None else 0) + len(computed_blocks)
+        # A partly filled block being written lives in the table (prefix hits are whole blocks).
+        # References held only for copies in flight do not count: copies run before the forward.
+        if table is not None and start % bs != 0:
+            b = table.blocks[start // bs]
+            cow = b.ref_cnt - self._pins.get(b.block_id, 0) > 1
+        else:
+            cow = False
+        num_new_blocks = max(0, -(-(start + num_new_tokens) // bs) - have)
+        return num_new_blocks, cow, num_new_blocks + cow + sum(b.ref_cnt == 0 for b in computed_blocks)
+
+    def blocks_short(self, request: Request, num_new_tokens: int, computed_blocks: list[Block] = (),
+                     reserve: int = 0) -> int:
+        """How many more free blocks `allocate_slots` would need (0: it fits)."""
+        return max(0, self._plan(request, num_new_tokens, computed_blocks)[2] + reserve - self.pool.num_free_blocks)
+
+    def num_exclusive_blocks(self, request: Request) -> int:
+        """Device blocks only this request holds: what preempting it frees."""
+        table = self.tables.get(request.request_id)
+        return sum(b.ref_cnt == 1 for b in table.blocks) if table is not None else 0
 
     def append_block(self, request: Request) -> bool:
         """One more block for a decoding request crossing into a new block (the hot path)."""
@@ -124,6 +154,33 @@ class KVCacheManager:
         self.tables[request.request_id].append(pool.allocate())
         self.num_table_slots += self.block_size
         return True
+
+    def undo_copy_on_write(self, request: Request) -> None:
+        """A request preempted in the step that copied its block takes its shared block back."""
+        rid = request.request_id
+        if not any(c[0] == rid for c in self._cow):
+            return
+        keep = []
+        for entry in self._cow:
+            if entry[0] != rid:
+                keep.append(entry)
+                continue
+            _, i, old, new = entry
+            self.tables[rid].replace(i, old)  # the reference held for the copy is the table's again
+            self._pins[old.block_id] -= 1
+            self.pool.free((new,))
+        self._cow = keep
+
+    def trim(self, request: Request, num_tokens: int) -> None:
+        """Drop blocks past the first `num_tokens` (allocated in this step for work that will not
+        run), so a table never holds more than its tokens need."""
+        table = self.tables.get(request.request_id)
+        keep = -(-num_tokens // self.block_size)
+        if table is not None and len(table) > keep:
+            extra = table.blocks[keep:]
+            del table.blocks[keep:], table.block_ids[keep:]
+            self.num_table_slots -= len(extra) * self.block_size
+            self.pool.free(reversed(extra))
 
     def free(self, request: Request) -> None:
         """Release the request's device blocks, tail first (the end of a prefix evicts first)."""
@@ -173,7 +230,7 @@ class KVCacheManager:
         gpu_blocks = self.pool.allocate_n(len(cpu_blocks))
         mapping = [(c.block_id, g.block_id) for c, g in zip(cpu_blocks, gpu_blocks, strict=True)]
         del self.cpu_tables[request.request_id]
-        self.cpu_pool.free(reversed(cpu_blocks))
+        self._cpu_releases.extend(reversed(cpu_blocks))  # the driver reads them this step
         self.tables[request.request_id] = BlockTable(self.block_size, gpu_blocks)
         self.num_table_slots += len(gpu_blocks) * self.block_size
         return mapping
@@ -191,8 +248,17 @@ class KVCacheManager:
     def slot_mapping(self, request: Request, start: int, end: int) -> list[int]:
         return self.tables[request.request_id].slot_mapping(start, end)
 
-    def take_pending_copies(self) -> list[tuple[int, int]]:
-        copies, self.pending_copies = self.pending_copies, []
+    def end_step(self) -> list[tuple[int, int]]:
+        """The step's block copies (source, destination), for the driver; the blocks it still had
+        to read become free to use from the next step on."""
+        copies = [(old.block_id, new.block_id) for _, _, old, new in self._cow]
+        if self._cow:
+            self.pool.free([old for _, _, old, _ in self._cow])
+            self._cow = []
+            self._pins.clear()
+        if self._cpu_releases:
+            self.cpu_pool.free(self._cpu_releases)
+            self._cpu_releases = []
         return copies
 
     def reset_prefix_cache(self) -> None:

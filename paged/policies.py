@@ -24,6 +24,10 @@ class Policy:
     def victim_key(self, request: Request) -> tuple:
         return self.key(request)
 
+    def order(self, requests: list[Request], kv=None) -> list[Request]:
+        """Queued requests, head first (used once per step when the order is dynamic)."""
+        return sorted(requests, key=lambda r: self.key(r, kv))
+
 
 @dataclass(slots=True)
 class FCFS(Policy):
@@ -83,11 +87,14 @@ class EDF(Policy):
 class LPM(Policy):
     """Longest cached prefix first (SGLang's LPM): more reuse, less prefill.
 
-    Hit lengths change as the cache changes, so the queue is re-sorted at each step.
+    Hit lengths change as the cache changes, so the queue is re-sorted at each step. Matching
+    every waiting prompt each step costs too much on a long queue: beyond `max_queue` waiting
+    requests it serves first come, first served, as SGLang does.
     """
 
     name = "lpm"
     static_order = False
+    max_queue: int = 128
 
     def key(self, request, kv=None):
         hit = kv.get_computed_blocks(request)[1] if kv is not None else 0
@@ -95,6 +102,11 @@ class LPM(Policy):
 
     def victim_key(self, request):
         return (request.arrival_time, request.seq)
+
+    def order(self, requests, kv=None):
+        if len(requests) > self.max_queue:
+            return sorted(requests, key=self.victim_key)
+        return sorted(requests, key=lambda r: self.key(r, kv))
 
 
 POLICIES: dict[str, type[Policy]] = {p.name: p for p in (FCFS, Priority, SJF, EDF, LPM)}

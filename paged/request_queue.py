@@ -1,12 +1,14 @@
 """The queue of requests waiting to be admitted (or swapped in), in the policy's order.
 
-With a static-order policy it is a heap; a request that leaves it early (abort) is skipped
-lazily. With a dynamic policy (longest prefix match) it is re-sorted when the head is asked
-for after a change of the cache.
+With a static-order policy it is a heap of (key, arrival counter, request): the counter breaks
+ties, so a policy's keys may tie. A request that leaves early (abort) is skipped lazily. With a
+dynamic policy (longest prefix match) the order is computed once per scheduling step, when the
+head is first asked for: the cache changes between steps, not while one step admits.
 """
 from __future__ import annotations
 
 import heapq
+import itertools
 
 from .policies import Policy
 from .request import Request, RequestStatus
@@ -17,8 +19,10 @@ class RequestQueue:
         self.policy = policy
         self.status = status  # the status a live member has (WAITING or SWAPPED)
         self.kv = kv
-        self._heap: list[tuple[tuple, Request]] = []
-        self._items: list[Request] = []
+        self._heap: list[tuple[tuple, int, Request]] = []
+        self._counter = itertools.count()
+        self._items: list[Request] = []  # dynamic order: the head last
+        self._stale = False
         self._len = 0
 
     def __len__(self) -> int:
@@ -31,34 +35,41 @@ class RequestQueue:
         req.status = self.status
         self._len += 1
         if self.policy.static_order:
-            heapq.heappush(self._heap, (self.policy.key(req), req))
+            heapq.heappush(self._heap, (self.policy.key(req), next(self._counter), req))
         else:
             self._items.append(req)
+            self._stale = True
+
+    def step_begins(self) -> None:
+        """A new scheduling step: a dynamic order is recomputed when next asked for."""
+        self._stale = True
 
     def peek(self) -> Request | None:
         if self.policy.static_order:
             heap = self._heap
-            while heap and heap[0][1].status != self.status:
+            while heap and heap[0][2].status != self.status:
                 heapq.heappop(heap)
-            return heap[0][1] if heap else None
-        items = self._items = [r for r in self._items if r.status == self.status]
-        if not items:
-            return None
-        key, kv = self.policy.key, self.kv
-        items.sort(key=lambda r: key(r, kv))
-        return items[0]
+            return heap[0][2] if heap else None
+        items = self._items
+        if self._stale:
+            live = [r for r in items if r.status == self.status]
+            items[:] = self.policy.order(live, self.kv)[::-1]
+            self._stale = False
+        while items and items[-1].status != self.status:
+            items.pop()
+        return items[-1] if items else None
 
     def pop(self) -> Request:
         """Remove the head returned by the last `peek`."""
         self._len -= 1
         if self.policy.static_order:
-            return heapq.heappop(self._heap)[1]
-        return self._items.pop(0)
+            return heapq.heappop(self._heap)[2]
+        return self._items.pop()
 
     def discard(self, req: Request) -> None:
         """Forget a member that leaves other than by the head (its status changes, so it is skipped)."""
         self._len -= 1
 
     def __iter__(self):
-        src = (r for _, r in self._heap) if self.policy.static_order else iter(self._items)
+        src = (r for _, _, r in self._heap) if self.policy.static_order else iter(self._items)
         return (r for r in src if r.status == self.status)

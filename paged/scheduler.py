@@ -100,30 +100,41 @@ class Scheduler(BaseScheduler):
         # "blocks" last while nothing finishes, arrives or is aborted ("blocks" only under a
         # static order); "budget" may clear at the next step.
         blocked = None
+        reserved = self._num_seqs_reserved()
+        self.waiting.step_begins()
+        self.swapped.step_begins()
         while budget > 0:
             req = self._next_queued()
             if req is None or req in out.preempted:
                 break  # a request preempted in this very step is not back before the next one
-            if self._num_seqs_reserved() + self._seqs_of(req) > cfg.max_num_seqs:
-                blocked, n = "seqs", 0
+            seqs = self._seqs_of(req)
+            if reserved + seqs > cfg.max_num_seqs:
+                blocked, got = "seqs", reserved + seqs - cfg.max_num_seqs
             elif req.status == RequestStatus.SWAPPED:
-                blocked, n = self._swap_in(req, budget, threshold, out)
+                blocked, got = self._swap_in(req, budget, threshold, out)
             else:
-                blocked, n = self._admit(req, budget, threshold, now, out)
-            if blocked is None:
-                budget -= n
+                blocked, got = self._admit(req, budget, threshold, now, out)
+            if blocked is None:  # `got` tokens were scheduled
+                budget -= got
+                reserved += seqs
                 continue
-            gave = self._preempt_for(req, out) if policy.preemptive and blocked != "budget" else None
-            if gave is None:
+            # `got` is what is short: sequences or blocks
+            victim = self._victim_for(req, blocked, got) if policy.preemptive and blocked != "budget" else None
+            if victim is None:
                 break
-            budget += gave
+            reserved -= self._seqs_of(victim)
+            budget += self._preempt(victim, out)
             blocked = None
-        self._admission_blocked = blocked == "seqs" or (blocked == "blocks" and policy.static_order)
+        # A blocked head stays blocked while nothing finishes, arrives or is aborted, if the order
+        # is static: for lack of sequences always; for lack of blocks unless lower-priority work
+        # could be preempted for it (that work grows blocks as it decodes).
+        self._admission_blocked = policy.static_order and (
+            blocked == "seqs" or (blocked == "blocks" and not policy.preemptive))
 
         out.decode_requests = list(dec.members)
         out.num_decode_tokens = len(dec.members)
         out.decode_context_sum = dec.context_sum
-        out.blocks_to_copy = kv.take_pending_copies()
+        out.blocks_to_copy = kv.end_step()
         if out.num_seqs:
             self._count_step(out.num_seqs, out.num_scheduled_tokens)
         return out
@@ -146,11 +157,12 @@ class Scheduler(BaseScheduler):
         return sw if key(sw, self.kv) <= key(w, self.kv) else w
 
     def _swap_in(self, req: Request, budget: int, threshold: int, out: SchedulerOutput) -> tuple[str | None, int]:
-        """Bring a swapped request back; (why it could not be, tokens scheduled for it)."""
+        """Bring a swapped request back: (None, tokens scheduled for it) or ("blocks", blocks short)."""
         kv = self.kv
-        mapping = kv.swap_in(req, self.cache_config.watermark_blocks if self.num_running else 0)
+        reserve = self.cache_config.watermark_blocks if self.num_running else 0
+        mapping = kv.swap_in(req, reserve)
         if mapping is None:
-            return "blocks", 0
+            return "blocks", kv.num_swapped_blocks(req) + reserve - kv.num_free_blocks
         self.swapped.pop()
         out.blocks_to_swap_in.extend(mapping)
         req.status = RequestStatus.RUNNING
@@ -164,15 +176,17 @@ class Scheduler(BaseScheduler):
 
     def _admit(self, req: Request, budget: int, threshold: int, now: float,
                out: SchedulerOutput) -> tuple[str | None, int]:
-        """Admit a waiting request with its prefix-cache hits; (why it could not be, tokens scheduled)."""
+        """Admit a waiting request with its prefix-cache hits: (None, tokens scheduled for it),
+        ("blocks", blocks short) or ("budget", 0)."""
         kv = self.kv
         hits, num_hit = kv.get_computed_blocks(req)
         n_new = req.num_tokens - num_hit
         n = min(n_new, budget, threshold)
         if n < n_new and not self.config.enable_chunked_prefill:
             return "budget", 0
-        if not kv.allocate_slots(req, n, hits, self.cache_config.watermark_blocks if self.num_running else 0):
-            return "blocks", 0
+        reserve = self.cache_config.watermark_blocks if self.num_running else 0
+        if not kv.allocate_slots(req, n, hits, reserve):
+            return "blocks", kv.blocks_short(req, n, hits, reserve)
         self.waiting.pop()
         req.status = RequestStatus.RUNNING
         req._num_computed = num_hit
@@ -204,14 +218,20 @@ class Scheduler(BaseScheduler):
             return None
         return victim
 
-    def _preempt_for(self, req: Request, out: SchedulerOutput) -> int | None:
-        """Preemptive policies: make room for a waiting request by preempting lower-priority
-        work. Returns the budget given back, or None when nobody ranks below the request."""
-        key = self.policy.key
-        victim = max(self._running(), key=key, default=None)
-        if victim is None or key(victim) <= key(req):
-            return None
-        return self._preempt(victim, out)
+    def _victim_for(self, req: Request, blocked: str, short: int) -> Request | None:
+        """Preemptive policies: the lowest-priority running request to preempt for a queued one
+        that is `short` sequences or blocks of being admitted — None when nobody ranks below it,
+        or when preempting all who do would still not make room (a useless preemption only
+        throws work away)."""
+        vkey = self.policy.victim_key
+        rank = vkey(req)
+        lower = [r for r in self._running() if vkey(r) > rank]
+        have = 0
+        for r in lower:
+            have += self._seqs_of(r) if blocked == "seqs" else self.kv.num_exclusive_blocks(r)
+            if have >= short:
+                return max(lower, key=vkey)
+        return None
 
     def _preempt(self, req: Request, out: SchedulerOutput) -> int:
         """Preempt a running request (swap or recompute); returns the budget it gave back."""
@@ -232,6 +252,9 @@ class Scheduler(BaseScheduler):
         req.num_preemptions += 1
         self.num_preemptions += 1
         out.preempted.append(req)
+        # Whatever this step allocated for it will not run: its copy-on-write and fresh blocks go.
+        kv.undo_copy_on_write(req)
+        kv.trim(req, req._num_computed)
         mapping = kv.swap_out(req) if self.config.preemption_mode == "swap" else None
         if mapping is not None:
             out.blocks_to_swap_out.extend(mapping)
@@ -311,15 +334,17 @@ class Scheduler(BaseScheduler):
         n = parent.sampling_params.n
         family = [(parent, toks[0:1] if toks is not None else None)]
         for i in range(1, n):
-            child = Request(f"{parent.request_id}-{i}", parent.prompt_token_ids,
+            child_id = f"{parent.request_id}-{i}"
+            if child_id in self.requests:  # a user's request already has that name
+                child_id = f"{child_id}#{self._seq}"
+            child = Request(child_id, parent.prompt_token_ids,
                             num_prompt_tokens=parent.num_prompt_tokens, sampling_params=parent.sampling_params,
                             arrival_time=parent.arrival_time, prefix_hash_ids=parent.prefix_hash_ids,
                             hash_id_block_size=parent.hash_id_block_size, priority=parent.priority,
                             business_value=parent.business_value, deadline=parent.deadline,
                             expected_output_tokens=parent.expected_output_tokens, extra_keys=parent.extra_keys)
             child.stop_token_ids = parent.stop_token_ids
-            child.parent, child.index, child.seq = parent, i, self._seq
-            self._seq += 1
+            child.parent, child.index, child.seq = parent, i, parent.seq  # it ranks with its parent
             child.max_output_tokens = parent.max_output_tokens
             child.status = RequestStatus.RUNNING
             child._num_computed = parent._num_computed
@@ -329,6 +354,7 @@ class Scheduler(BaseScheduler):
             self.requests[child.request_id] = child
             self.prefilling[child] = None
             family.append((child, toks[i:i + 1] if toks is not None else None))
+        self._changed()  # new running sequences: new possible victims for a preemptive policy
         return family
 
     # -- the simulator's exact fast path ------------------------------------------------------
@@ -338,7 +364,7 @@ class Scheduler(BaseScheduler):
         0 when the next step is not such a step. Valid between `update_from_output` and the
         next `schedule`, when no request was added or aborted since the last `schedule`."""
         dec = self.decode
-        if self.prefilling or not dec.members or self.kv.pending_copies:
+        if self.prefilling or not dec.members:
             return 0
         if (self.waiting or self.swapped) and not self._admission_blocked:
             return 0
@@ -359,11 +385,14 @@ class Scheduler(BaseScheduler):
         tokens. Identical to k rounds of schedule/update: the same blocks are appended in the
         same order; only the per-step bookkeeping is done once. `now` is the end of the last step."""
         dec = self.decode
+        if dec.steps_to_next_finish() < k:
+            raise ValueError(f"advance_decode_steps({k}): a request finishes before the last step")
         append_block, buckets, bs, clock = self.kv.append_block, dec.buckets, self.block_size, dec.clock
         n = len(dec.members)
         for j in range(k):
             for req in buckets[(clock + j) % bs]:
-                append_block(req)
+                if not append_block(req):
+                    raise ValueError(f"advance_decode_steps({k}): the pool ran out of blocks at step {j}")
         finished = dec.advance(k)
         for req in finished:
             self._finish(req, RequestStatus.FINISHED_LENGTH, now)

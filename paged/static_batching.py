@@ -2,8 +2,9 @@
 
 Each request reserves contiguous KV for its whole possible length (prompt + max_tokens, or
 max_model_len) when its batch starts. A batch is formed when `batch_size` requests wait or the
-oldest has waited `batch_timeout_s` (the article's 10 ms default), is prefilled padded to its
-longest prompt, and decodes every slot — finished or not — until its longest member is done;
+head of the queue (the oldest, under FCFS) has waited `batch_timeout_s` (the article's 10 ms
+default), is prefilled padded to its longest prompt, and decodes every slot — finished or not —
+until its longest member is done;
 only then are its results returned and its memory released. No chunking, no prefix caching,
 no preemption: the reservation makes them unnecessary, which is exactly what wastes memory.
 
@@ -36,6 +37,7 @@ class StaticBatchScheduler(BaseScheduler):
         self._step = 0  # steps the current batch has taken: 0 = its prefill is next
         self._max_prompt = 0
         self._stopped: set[Request] = set()
+        self._ended: list[Request] = []  # finished outside update_from_output, reported by the next one
 
     @property
     def num_running(self) -> int:
@@ -46,6 +48,8 @@ class StaticBatchScheduler(BaseScheduler):
 
     def _reject_reason(self, request: Request) -> str | None:
         reason = super()._reject_reason(request)
+        if reason is None and request.sampling_params.n > 1:
+            reason = f"static batching does not do parallel sampling (n={request.sampling_params.n})"
         if reason is None and self._reserved_tokens(request) > self.capacity_tokens:
             reason = (f"a reservation of {self._reserved_tokens(request)} tokens can never fit in the KV cache "
                       f"({self.capacity_tokens} tokens)")
@@ -63,6 +67,8 @@ class StaticBatchScheduler(BaseScheduler):
 
     def schedule(self, now: float) -> SchedulerOutput:
         out = SchedulerOutput([], [], [])
+        if self.batch and not any(self._live(r) for r in self.batch):
+            self._ended += self._end_batch(now)  # an abort or a stop string took its last live member
         if not self.batch and not self._form_batch(now, out):
             return out
         batch, B = self.batch, len(self.batch)
@@ -101,8 +107,9 @@ class StaticBatchScheduler(BaseScheduler):
 
     def update_from_output(self, out: SchedulerOutput, sampled_tokens: dict[str, list[int]] | None = None,
                            now: float = 0.0) -> list[Request]:
+        ended, self._ended = self._ended, []
         if out.is_empty:
-            return []
+            return ended
         if self._step == 0:
             for r in out.prefill_requests:
                 if r.status == RequestStatus.RUNNING:
@@ -117,7 +124,7 @@ class StaticBatchScheduler(BaseScheduler):
                     r._num_output += 1
                     self._take_token(r, sampled_tokens)
         self._step += 1
-        return self._end_batch_if_done(now)
+        return ended + self._end_batch_if_done(now)
 
     def _take_token(self, req: Request, sampled_tokens) -> None:
         if sampled_tokens is not None:
@@ -128,8 +135,9 @@ class StaticBatchScheduler(BaseScheduler):
 
     def _end_batch_if_done(self, now: float) -> list[Request]:
         """Results come back when the whole batch is done, all at once."""
-        if any(self._live(r) for r in self.batch):
-            return []
+        return [] if any(self._live(r) for r in self.batch) else self._end_batch(now)
+
+    def _end_batch(self, now: float) -> list[Request]:
         done = list(self.batch)
         for r in done:
             status = RequestStatus.FINISHED_STOPPED if r in self._stopped else RequestStatus.FINISHED_LENGTH

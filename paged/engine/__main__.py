@@ -20,12 +20,13 @@ def _ints(text: str) -> tuple[int, ...]:
     return tuple(int(x) for x in text.split(",") if x)
 
 
-def _engine_args(p: argparse.ArgumentParser) -> None:
+def _engine_args(p: argparse.ArgumentParser, kv_cache_memory_bytes: int | None = None) -> None:
     p.add_argument("--model", required=True, help="Hugging Face folder, .gguf file, or smollm2-135m")
     p.add_argument("--dtype", default="auto")
     p.add_argument("--device", default="auto")
     p.add_argument("--block-size", type=int, default=16)
-    p.add_argument("--kv-cache-memory-bytes", type=int, default=None, help="KV budget on CPU")
+    p.add_argument("--kv-cache-memory-bytes", type=int, default=kv_cache_memory_bytes,
+                   help=f"KV budget on CPU (default {kv_cache_memory_bytes or 'the engine default'})")
     p.add_argument("--gpu-memory-utilization", type=float, default=0.9)
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
 
@@ -34,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m paged.engine")
     commands = parser.add_subparsers(dest="command", required=True)
     prof = commands.add_parser("profile", help="measure step times for the simulator's profiled cost model")
-    _engine_args(prof)
+    _engine_args(prof, kv_cache_memory_bytes=1 << 30)  # room for the decode grid's larger points
     prof.add_argument("--out", required=True)
     d = ProfileGrid()
     for name in ("prefill_chunks", "prefill_contexts", "decode_batches", "decode_contexts", "mixed_batches",

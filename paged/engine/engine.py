@@ -93,7 +93,7 @@ class LLMEngine:
         """Queue a request; a ValueError naming the problem if it can never run (nothing is queued then)."""
         params = _checked(params)
         prompt_text, prompt_ids = self._tokenize(prompt)
-        if (params.stop and self.tokenizer is None):
+        if params.stop and self.tokenizer is None:
             raise ValueError("stop strings need a tokenizer, and this model has none")
         request_id = str(next(self._ids)) if request_id is None else request_id
         if request_id in self.requests:

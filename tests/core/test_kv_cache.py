@@ -37,7 +37,7 @@ class KVMachine(RuleBasedStateMachine):
             self.content.setdefault(block_id, {})[off] = tokens[pos]
 
     def _apply_copies(self):
-        for src, dst in self.kv.take_pending_copies():
+        for src, dst in self.kv.end_step():
             self.content[dst] = dict(self.content.get(src, {}))
 
     @rule(prefix=st.sampled_from(PREFIXES), tail=st.lists(st.integers(0, 9), max_size=9), chunk=st.integers(1, 12))
@@ -144,6 +144,7 @@ class KVMachine(RuleBasedStateMachine):
     def teardown(self):
         for req in list(self.active.values()) + list(self.swapped.values()):
             self.kv.free(req)
+        self.kv.end_step()
         self.kv.reset_prefix_cache()
         assert self.kv.num_free_blocks == NUM_BLOCKS
         assert self.kv.cpu_pool.num_free_blocks == NUM_CPU_BLOCKS
@@ -200,3 +201,34 @@ def test_block_table_lookup_and_slot_mapping():
     b0, b1 = table.block_ids
     assert kv.lookup(a, 5) == (b1, 1)
     assert kv.slot_mapping(a, 2, 6) == [b0 * 4 + 2, b0 * 4 + 3, b1 * 4, b1 * 4 + 1]
+
+
+def test_host_blocks_being_swapped_in_are_not_reused_within_the_step():
+    """The driver swaps out before it swaps in: a host block read this step must stay untouched."""
+    kv = KVCacheManager(CacheConfig(num_gpu_blocks=4, block_size=4, num_cpu_blocks=1))
+    a, b = Request("a", list(range(4)), max_tokens=1), Request("b", list(range(10, 14)), max_tokens=1)
+    for r in (a, b):
+        assert kv.allocate_slots(r, 4)
+        r._num_computed = 4
+    (_, host), = kv.swap_out(a)
+    kv.end_step()
+    assert kv.swap_in(a) == [(host, kv.block_table(a).block_ids[0])]
+    assert kv.swap_out(b) is None  # the only host block is being read: no room until the step ends
+    kv.end_step()
+    assert kv.swap_out(b) is not None
+
+
+def test_copy_on_write_source_stays_reserved_until_the_copy_is_taken():
+    kv = KVCacheManager(CacheConfig(num_gpu_blocks=4, block_size=4))
+    a = Request("a", list(range(6)), max_tokens=4)
+    assert kv.allocate_slots(a, 6)
+    a._num_computed = 6
+    child = Request("c", list(range(6)), max_tokens=4)
+    child._num_computed = 6
+    kv.fork(a, child)
+    shared = kv.block_table(a).block_ids[1]
+    assert kv.allocate_slots(child, 1)  # copies the half-full shared block
+    kv.free(a)  # the source's last holder leaves in the same step
+    assert shared not in kv.pool.free_block_ids()  # still to be read by the copy
+    assert kv.end_step() == [(shared, kv.block_table(child).block_ids[1])]
+    assert shared in kv.pool.free_block_ids()

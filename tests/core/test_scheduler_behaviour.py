@@ -217,3 +217,74 @@ def test_stats_report_fragmentation_and_usage():
     assert st.kv_cache_usage_perc == pytest.approx(0.2)
     assert st.fragmentation == pytest.approx(7 / 16)  # 9 of 16 allocated slots hold a token
     assert st.num_requests_running == 1 and st.effective_batch_size == 1
+
+
+def test_static_batch_ends_when_an_abort_takes_its_last_live_member():
+    s = StaticBatchScheduler(CacheConfig(num_gpu_blocks=64, block_size=4), SchedulerConfig(max_model_len=64),
+                             batch_size=2, batch_timeout_s=0.0)
+    a, b = Request("a", num_prompt_tokens=4, max_tokens=2), Request("b", num_prompt_tokens=4, max_tokens=10)
+    s.add_request(a)
+    s.add_request(b)
+    for t in range(3):
+        s.update_from_output(s.schedule(float(t)), None, t + 1.0)
+    assert a.num_output_tokens == 2 and a.status == RequestStatus.RUNNING  # done, waiting for the batch
+    s.abort("b", 3.0)
+    finished = s.update_from_output(s.schedule(3.0), None, 4.0)
+    assert finished == [a] and a.status == RequestStatus.FINISHED_LENGTH
+    assert not s.has_unfinished_requests() and s.kv.num_free_blocks == 64
+
+
+def test_static_batching_rejects_parallel_sampling():
+    s = StaticBatchScheduler(CacheConfig(num_gpu_blocks=64, block_size=4), SchedulerConfig(max_model_len=64))
+    r = Request("a", list(range(4)), sampling_params=SamplingParams(n=2))
+    s.add_request(r)
+    assert r.status == RequestStatus.REJECTED and "parallel sampling" in r.stop_reason
+
+
+def test_a_policy_whose_keys_tie_is_fine():
+    from dataclasses import dataclass
+
+    from paged.policies import Policy
+
+    @dataclass(slots=True)
+    class Lottery(Policy):
+        name = "flat"
+
+        def key(self, request, kv=None):
+            return (0,)
+
+    s = make(policy=Lottery(), max_num_seqs=2)
+    for i in range(5):
+        s.add_request(Request(f"{i}", num_prompt_tokens=4, max_tokens=3))
+    finished, _ = drive(s)
+    assert len(finished) == 5
+
+
+def test_forked_sequences_never_take_a_users_request_id():
+    s = make(num_blocks=64, bs=4)
+    user = Request("a-1", list(range(5)), sampling_params=SamplingParams(max_tokens=20, ignore_eos=True))
+    parent = Request("a", list(range(9)), sampling_params=SamplingParams(max_tokens=3, n=2, ignore_eos=True))
+    s.add_request(user)
+    s.add_request(parent)
+    finished, _ = drive(s, sampled=lambda out: {r.request_id: [1] * (r.sampling_params.n if r.parent is None
+                                                                          and r.num_output_tokens == 0 else 1)
+                                                for r in out.decode_requests + out.prefill_requests})
+    assert len(finished) == 3 and len({r.request_id for r in finished}) == 3
+    s.kv.reset_prefix_cache()
+    assert s.kv.num_free_blocks == 64
+
+
+def test_no_preemption_that_cannot_make_room():
+    """A high-priority request needing two sequences, with one lower-priority sequence to take:
+    preempting it would not admit the request, so nothing is thrown away."""
+    s = make(num_blocks=64, bs=4, max_num_seqs=2, policy=Priority(a=0.0, c=1.0))
+    top = Request("top", num_prompt_tokens=8, max_tokens=40, business_value=5.0)
+    low = Request("low", num_prompt_tokens=8, max_tokens=40, business_value=0.0)
+    s.add_request(top)
+    s.add_request(low)
+    for t in range(5):
+        s.update_from_output(s.schedule(float(t)), None, t + 1.0)
+    s.add_request(Request("pair", num_prompt_tokens=8, sampling_params=SamplingParams(max_tokens=5, n=2),
+                          business_value=1.0, arrival_time=5.0))
+    out = s.schedule(5.0)
+    assert out.preempted == [] and low.num_preemptions == 0

@@ -47,7 +47,7 @@ request_specs = st.lists(
 
 
 def make_request(i, spec, real_tokens: bool) -> Request:
-    """Real-token requests may ask for parallel sampling (n > 1); length-only ones never do."""
+    """A request of the spec, with real token ids (the engine) or lengths only (the simulator)."""
     arrival, plen, max_tokens, shared, prio, value, n = spec
     kw = dict(arrival_time=float(arrival), priority=prio, business_value=float(value), deadline=float(arrival + plen))
     if real_tokens:
@@ -55,7 +55,8 @@ def make_request(i, spec, real_tokens: bool) -> Request:
         prompt = ((PREFIX + own) if shared else own)[:plen]
         return Request(f"{i}", prompt, sampling_params=SamplingParams(max_tokens=max_tokens, ignore_eos=True, n=n),
                        **kw)
-    return Request(f"{i}", num_prompt_tokens=plen, max_tokens=max_tokens,
+    return Request(f"{i}", num_prompt_tokens=plen, sampling_params=SamplingParams(max_tokens=max_tokens,
+                                                                                  ignore_eos=True, n=n),
                    prefix_hash_ids=[0, 1] if shared else None, hash_id_block_size=16, **kw)
 
 

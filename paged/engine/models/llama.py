@@ -114,11 +114,7 @@ class LlamaForCausalLM(nn.Module):
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Copy Hugging Face-named tensors in; every parameter must be covered exactly once."""
         params = dict(self.named_parameters())
-        todo = {name: 1 for name in params}
-        for name, shards in (("qkv_proj", 3), ("gate_up_proj", 2)):
-            for p in params:
-                if f".{name}." in p:
-                    todo[p] = shards
+        todo = {p: 3 if ".qkv_proj." in p else 2 if ".gate_up_proj." in p else 1 for p in params}  # shards
         for hf_name, tensor in weights:
             name = hf_name.removeprefix("model.")
             if name.endswith("rotary_emb.inv_freq") or (name == "lm_head.weight" and self.config.tie_word_embeddings):
@@ -141,9 +137,9 @@ class LlamaForCausalLM(nn.Module):
                                  f"expected {tuple(target.shape)}")
             target.copy_(tensor)
             todo[pname] -= 1
-        missing = sorted(p for p, left in todo.items() if left)
-        if missing:
-            raise ValueError(f"checkpoint lacks weights for {len(missing)} parameters, e.g. {missing[:3]}")
+        wrong = sorted(p for p, left in todo.items() if left)
+        if wrong:
+            raise ValueError(f"checkpoint lacks (or repeats) weights of {len(wrong)} parameters, e.g. {wrong[:3]}")
 
     def _shard_sizes(self, fused: str) -> list[int]:
         cfg = self.config
