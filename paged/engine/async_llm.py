@@ -63,11 +63,12 @@ class AsyncLLM:
         self._start()
 
     def _start(self) -> None:
-        if self._wakeup is None:
+        """Wake the engine loop, starting it in the running event loop if it is not running there."""
+        loop = asyncio.get_running_loop()
+        if self._loop_task is None or self._loop_task.done() or self._loop_task.get_loop() is not loop:
             self._wakeup = asyncio.Event()
+            self._loop_task = loop.create_task(self._run())
         self._wakeup.set()
-        if self._loop_task is None or self._loop_task.done():
-            self._loop_task = asyncio.get_running_loop().create_task(self._run())
 
     async def _run(self) -> None:
         engine = self.engine
@@ -90,19 +91,20 @@ class AsyncLLM:
                     queue.put_nowait(out)
 
     def _apply_pending(self) -> None:
+        """Between steps: queue the new requests, then the aborts (which may name one just added)."""
         engine = self.engine
-        while self._to_abort:
-            request_id = self._to_abort.pop()
-            out = engine.abort_request(request_id)
-            queue = self._streams.get(request_id)
-            if out is not None and queue is not None:
-                queue.put_nowait(out)
         while self._to_add:
             request_id, prompt, params, queue = self._to_add.pop(0)
             try:
                 engine.add_request(prompt, params, request_id=request_id)
             except ValueError as e:
                 queue.put_nowait(e)
+        while self._to_abort:
+            request_id = self._to_abort.pop()
+            out = engine.abort_request(request_id)
+            queue = self._streams.get(request_id)
+            if out is not None and queue is not None:
+                queue.put_nowait(out)
 
     async def shutdown(self) -> None:
         if self._loop_task is not None:

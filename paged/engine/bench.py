@@ -15,7 +15,9 @@ GGUF, read by each side) in the same process, one after the other.
 
 Output tokens per second are wall-clock over the whole run, model loading excluded. The two
 systems run in alternation `--rounds` times and each one's best run counts, because on a
-shared machine the background load drifts during a run.
+shared machine the background load drifts during a run. Both run single-threaded by default:
+on a small shared machine, OpenMP's second thread stalls at every barrier whenever another
+process holds the other core, and run times then swing tenfold; one thread is steady.
 """
 from __future__ import annotations
 
@@ -101,7 +103,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--hf-batch-size", type=int, default=8)
     ap.add_argument("--max-num-seqs", type=int, default=64)
     ap.add_argument("--max-num-batched-tokens", type=int, default=512)
-    ap.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    ap.add_argument("--threads", type=int, default=1, help="torch CPU threads for both systems (0: torch's choice)")
     ap.add_argument("--rounds", type=int, default=2, help="alternating runs of each system; the best counts")
     ap.add_argument("--skip-hf", action="store_true", help="measure the engine only")
     args = ap.parse_args(argv)

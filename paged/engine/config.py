@@ -13,7 +13,7 @@ import torch
 from paged.policies import Policy
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-DEFAULT_CPU_KV_CACHE_BYTES = 512 << 20  # ~11k tokens of SmolLM2-135M in float32; pages are touched only when used
+DEFAULT_CPU_KV_CACHE_BYTES = 256 << 20  # ~5.8k tokens of SmolLM2-135M in float32 (allocated and zeroed at start)
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048
 DEFAULT_MAX_NUM_SEQS = 256
 

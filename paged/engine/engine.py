@@ -158,11 +158,10 @@ class LLMEngine:
             state = self.requests.get(root.request_id)
             if state is not None and state.root is root:
                 moved[root.request_id] = state
-        forked = {r.request_id: r for r in finished if r.parent is not None}
         outputs = []
         for request_id, state in moved.items():
             if len(state.seqs) < state.params.n and state.root.num_output_tokens:
-                self._adopt_children(state, forked)
+                self._adopt_children(state, finished)
             for seq in state.read_new_tokens():
                 scheduler.finish_request(seq.request_id, now)
             outputs.append(state.output())
@@ -171,13 +170,14 @@ class LLMEngine:
                 self.sampler.free_request(request_id, state.params.n)
         return outputs
 
-    def _adopt_children(self, state: RequestState, finished_children: dict[str, Request]) -> None:
-        """The scheduler forked the root after its prompt: follow the n - 1 new sequences too
-        (ids `<root>-<i>`, as the core names them; one may have finished in the same step)."""
-        rid = state.request_id
-        for i in range(1, state.params.n):
-            child_id = f"{rid}-{i}"
-            state.add_sequence(self.scheduler.requests.get(child_id) or finished_children[child_id])
+    def _adopt_children(self, state: RequestState, finished: list[Request]) -> None:
+        """The scheduler forked the root after its prompt: follow the n - 1 new sequences too.
+        They are found by `parent`, not by name (the core renames a child whose id is taken);
+        one that finished in the fork's own step is no longer in the scheduler, but in `finished`."""
+        root = state.root
+        children = [r for r in itertools.chain(self.scheduler.requests.values(), finished) if r.parent is root]
+        for child in sorted(children, key=lambda r: r.index):
+            state.add_sequence(child)
 
 
 def _checked(params: SamplingParams | None) -> SamplingParams:

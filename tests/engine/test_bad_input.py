@@ -1,0 +1,103 @@
+"""Bad input gets a clear ValueError, and the engine keeps serving; aborts and finishes free every block."""
+import random
+
+import pytest
+
+from paged.engine import LLM, SamplingParams
+
+from .conftest import TINY
+from .recorder import assert_all_blocks_free
+
+
+@pytest.fixture(scope="module")
+def llm(tiny_llama):
+    return LLM(str(tiny_llama[0]), **TINY)
+
+
+GOOD = SamplingParams(temperature=0.0, max_tokens=4)
+
+
+@pytest.mark.parametrize(("prompt", "message"), [
+    ("", "empty"),
+    ([], "empty"),
+    ([1] * 600, "max_model_len=512"),
+    ([1, 2, 999], "token id 999"),
+    ([1, -1], "token id -1"),
+    (3.5, "type float"),
+])
+def test_bad_prompt_names_itself_and_the_engine_goes_on(llm, prompt, message):
+    with pytest.raises(ValueError, match=message) as err:
+        llm.generate(["fine", prompt, [5, 6]], GOOD)
+    assert "prompt 1" in str(err.value)
+    assert_all_blocks_free(llm)
+    assert len(llm.generate(["fine", [5, 6]], GOOD)) == 2
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("temperature", -0.5), ("top_p", 0.0), ("top_p", 1.5), ("max_tokens", 0), ("top_k", -1), ("n", 0),
+])
+def test_invalid_sampling_params(llm, field, value):
+    with pytest.raises(ValueError, match=field):
+        SamplingParams(**{field: value})
+    params = SamplingParams()
+    setattr(params, field, value)  # changed after construction: checked again on submission
+    with pytest.raises(ValueError, match=field):
+        llm.generate(["fine"], params)
+    assert_all_blocks_free(llm)
+
+
+def test_prompt_larger_than_the_cache_is_rejected(tiny_llama):
+    llm = LLM(str(tiny_llama[0]), **{**TINY, "num_gpu_blocks": 4})
+    with pytest.raises(ValueError, match="never fit in the KV cache"):
+        llm.generate([[1] * 100], GOOD)
+    assert llm.generate([[1] * 10], GOOD)[0].finish_reason == "length"
+
+
+@pytest.mark.parametrize("make", [
+    lambda tmp: "no-such-model",
+    lambda tmp: str(tmp / "missing.gguf"),
+    lambda tmp: _write(tmp / "junk.gguf", b"this is not a gguf file"),
+    lambda tmp: str(tmp),  # a folder without config.json
+    lambda tmp: _write(tmp / "model.bin", b"\x00" * 64),
+])
+def test_unknown_or_unreadable_model(tmp_path, make):
+    with pytest.raises(ValueError, match="model|GGUF|config.json"):
+        LLM(make(tmp_path))
+
+
+def _write(path, data: bytes) -> str:
+    path.write_bytes(data)
+    return str(path)
+
+
+def test_abort_frees_blocks_at_any_point(llm):
+    engine = llm.llm_engine
+    ids = [engine.add_request([7] * 40, SamplingParams(max_tokens=50, ignore_eos=True, n=n)) for n in (1, 2, 1)]
+    for _ in range(3):
+        engine.step()
+    assert llm.scheduler.kv.num_free_blocks < llm.scheduler.kv.pool.num_blocks
+    for rid in ids:
+        out = engine.abort_request(rid)
+        assert out.finished and {c.finish_reason for c in out.outputs} == {"abort"}
+    assert_all_blocks_free(llm)
+
+
+def test_many_requests_with_aborts_leave_every_block_free(tiny_llama):
+    llm = LLM(str(tiny_llama[0]), **{**TINY, "num_gpu_blocks": 16, "max_num_seqs": 6})
+    engine = llm.llm_engine
+    rng = random.Random(0)
+    live: list[str] = []
+    for _ in range(60):
+        prompt = [rng.randrange(256) for _ in range(rng.randrange(1, 60))]
+        params = SamplingParams(temperature=rng.choice([0.0, 1.0]), max_tokens=rng.randrange(1, 40),
+                                n=rng.choice([1, 1, 2]), seed=rng.randrange(100))
+        live.append(engine.add_request(prompt, params))
+        for out in engine.step():
+            if out.finished:
+                live.remove(out.request_id)
+        if live and rng.random() < 0.3:
+            engine.abort_request(live.pop(rng.randrange(len(live))))
+    while engine.has_unfinished_requests():
+        engine.step()
+    assert_all_blocks_free(llm)
+    assert llm.scheduler.num_preemptions > 0

