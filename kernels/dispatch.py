@@ -60,6 +60,7 @@ def paged_attention(
     k_scale: torch.Tensor | None = None,
     v_scale: torch.Tensor | None = None,
     backend: str = "auto",
+    validate: bool = True,
 ) -> torch.Tensor:
     """Attention of a mixed batch (decode, prefill, chunked prefill) over a paged KV cache.
 
@@ -78,13 +79,17 @@ def paged_attention(
         k_scale, v_scale: float32 ``[num_blocks, block_size, num_kv_heads]``, only for an int8
             cache (see ``kernels.quant``).
         backend: ``"auto"``, ``"triton"`` or ``"torch"`` (see the module docstring).
+        validate: check the arguments first (the default). The checks read the metadata back to
+            the host, a device synchronisation on a GPU: a caller running many layers over the
+            same metadata and caches of one shape checks the first layer and passes False after.
 
     Returns:
         ``out``, or a new tensor shaped and typed like ``query``.
     """
-    checks.check_paged_attention(
-        query, key_cache, value_cache, block_table, seq_lens, query_start_loc, scale, out, k_scale, v_scale
-    )
+    if validate:
+        checks.check_paged_attention(
+            query, key_cache, value_cache, block_table, seq_lens, query_start_loc, scale, out, k_scale, v_scale
+        )
     if out is None:
         out = torch.empty_like(query, memory_format=torch.contiguous_format)
     run = _implementation(backend, query.device, "attention", "paged_attention")
@@ -101,15 +106,17 @@ def reshape_and_cache(
     k_scale: torch.Tensor | None = None,
     v_scale: torch.Tensor | None = None,
     backend: str = "auto",
+    validate: bool = True,
 ) -> None:
     """Store each token's K/V in its slot: ``key[t]`` goes to slot ``slot_mapping[t]``.
 
     Slot ``s`` is offset ``s % block_size`` of block ``s // block_size``; -1 skips the token.
     ``key``/``value`` are ``[num_tokens, num_kv_heads, head_dim]`` in the cache's dtype, or any
     float dtype for an int8 cache, whose per-token-per-head scales go to ``k_scale``/``v_scale``.
-    ``slot_mapping`` may be int32 or int64.
+    ``slot_mapping`` may be int32 or int64. ``validate``: as for ``paged_attention``.
     """
-    checks.check_reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale)
+    if validate:
+        checks.check_reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale)
     run = _implementation(backend, key.device, "cache_ops", "reshape_and_cache")
     run(key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale)
 

@@ -96,7 +96,7 @@ class Request:
         deadline: float = math.inf,
         expected_output_tokens: int | None = None,
         extra_keys: tuple = (),
-        eos_token_id: int | None = None,
+        eos_token_id: int | tuple[int, ...] | None = None,
     ) -> None:
         if prompt_token_ids is not None:
             prompt_token_ids = list(prompt_token_ids)
@@ -120,10 +120,11 @@ class Request:
         self.prefix_hash_ids = prefix_hash_ids
         self.hash_id_block_size = hash_id_block_size
         self.sampling_params = sampling_params
-        # The tokens that end this request: the user's stop ids, and EOS unless ignore_eos.
+        # The tokens that end this request: the user's stop ids, and EOS (some models have
+        # several) unless ignore_eos.
         stops = set(sampling_params.stop_token_ids)
         if eos_token_id is not None and not sampling_params.ignore_eos:
-            stops.add(eos_token_id)
+            stops.update((eos_token_id,) if isinstance(eos_token_id, int) else eos_token_id)
         self.stop_token_ids = frozenset(stops)
         self.arrival_time = arrival_time
         self.priority = priority

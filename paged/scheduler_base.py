@@ -33,7 +33,6 @@ class BaseScheduler:
         self.num_scheduled_seqs = 0  # summed over steps: effective batch size = this / num_steps
         self.num_scheduled_tokens = 0
         self.last_batch_size = 0
-        self.rejected: list[Request] = []
 
     # -- hooks for the concrete schedulers ----------------------------------------------------
     @property
@@ -78,7 +77,6 @@ class BaseScheduler:
             request.status = RequestStatus.REJECTED
             request.stop_reason = reason
             self.num_rejected += 1
-            self.rejected.append(request)
             return
         self.requests[request.request_id] = request
         self.waiting.push(request)

@@ -21,6 +21,9 @@ class AttentionMetadata:
     block_table: torch.Tensor  # int32 [num_seqs, max_blocks]
     seq_lens: torch.Tensor  # int32 [num_seqs]: context length after this step
     query_start_loc: torch.Tensor  # int32 [num_seqs + 1]: cumulative new-token counts
+    # The kernels check their arguments, reading the metadata back to the host (a device sync):
+    # once per step is enough, since every layer gets the same metadata and same-shaped caches.
+    checked: bool = False
 
 
 class PagedAttention(nn.Module):
@@ -33,6 +36,9 @@ class PagedAttention(nn.Module):
         self.value_cache: torch.Tensor | None = None
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
-        kernels.reshape_and_cache(k, v, self.key_cache, self.value_cache, meta.slot_mapping)
-        return kernels.paged_attention(q, self.key_cache, self.value_cache, meta.block_table, meta.seq_lens,
-                                       meta.query_start_loc, self.scale)
+        check = not meta.checked
+        kernels.reshape_and_cache(k, v, self.key_cache, self.value_cache, meta.slot_mapping, validate=check)
+        out = kernels.paged_attention(q, self.key_cache, self.value_cache, meta.block_table, meta.seq_lens,
+                                      meta.query_start_loc, self.scale, validate=check)
+        meta.checked = True
+        return out

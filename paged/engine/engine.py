@@ -98,12 +98,9 @@ class LLMEngine:
         request_id = str(next(self._ids)) if request_id is None else request_id
         if request_id in self.requests:
             raise ValueError(f"request id {request_id!r} is already in use")
-        eos = self.model_config.eos_token_ids
         req = Request(request_id, prompt_ids, sampling_params=params,
                       arrival_time=time.monotonic() if arrival_time is None else arrival_time,
-                      eos_token_id=eos[0] if eos else None)
-        if len(eos) > 1 and not params.ignore_eos:  # the core takes one EOS id; models may have several
-            req.stop_token_ids = req.stop_token_ids | frozenset(eos[1:])
+                      eos_token_id=self.model_config.eos_token_ids or None)
         self.scheduler.add_request(req)
         if req.status == RequestStatus.REJECTED:
             raise ValueError(f"request {request_id!r} rejected: {req.stop_reason}")

@@ -34,7 +34,6 @@ def replay_requests(make, requests, fast: bool):
             continue
         reqs += [r for r in s.update_from_output(out, None, t + 1) if r.parent is not None]
         t += 1
-    reqs += [r for r in s.rejected if r not in reqs]
     records = sorted((r.request_id, r.status, r.first_scheduled_time, r.first_token_time, r.finished_time,
                       r.num_output_tokens, r.num_preemptions, r.num_cached_tokens) for r in reqs)
     counters = (s.num_steps, s.num_scheduled_seqs, s.num_scheduled_tokens, s.num_preemptions,

@@ -57,3 +57,22 @@ args = attention_args().values()
 torch.testing.assert_close(kernels.paged_attention(*args), kernels.paged_attention(*args, backend="torch"))
 """
     subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ, "TRITON_INTERPRET": "1"})
+
+
+def test_validate_false_skips_the_checks(monkeypatch):
+    """Engines check a step's metadata once and skip the host reads for the other layers."""
+    from kernels import checks, dispatch
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("checked")
+
+    monkeypatch.setattr(checks, "check_paged_attention", refuse)
+    monkeypatch.setattr(checks, "check_reshape_and_cache", refuse)
+    q, kc, vc = torch.randn(3, 4, 16), torch.randn(4, 8, 2, 16), torch.randn(4, 8, 2, 16)
+    bt = torch.tensor([[2, 0], [1, 3]], dtype=torch.int32)
+    sl, qsl = torch.tensor([10, 5], dtype=torch.int32), torch.tensor([0, 1, 3], dtype=torch.int32)
+    dispatch.reshape_and_cache(torch.randn(3, 2, 16), torch.randn(3, 2, 16), kc, vc,
+                               torch.tensor([0, 9, 17]), validate=False)
+    assert dispatch.paged_attention(q, kc, vc, bt, sl, qsl, 0.25, validate=False).shape == (3, 4, 16)
+    with pytest.raises(AssertionError, match="checked"):
+        dispatch.paged_attention(q, kc, vc, bt, sl, qsl, 0.25)
