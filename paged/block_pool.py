@@ -104,6 +104,14 @@ class BlockPool:
                 else:
                     lru[b.block_id] = b
 
+    def free_unshared(self, blocks) -> None:
+        """`free` for blocks that only their one holder ever held and that were never cached
+        (a length-only request's): straight back on the plain stack, in the order given."""
+        blocks = list(blocks)
+        for b in blocks:
+            b.ref_cnt = 0
+        self._plain.extend(blocks)
+
     def cache(self, block: Block, block_hash) -> None:
         """Register a full block under its hash; the first block to claim a hash keeps it."""
         if self.enable_caching and block.block_hash is None and block_hash not in self.cached:

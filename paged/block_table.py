@@ -1,8 +1,9 @@
 """The page table of one sequence: logical token positions -> physical KV slots.
 
-It keeps the `Block` objects (for reference counting) and, beside them, their plain ids, which
-is what a driver ships to the attention kernel every step; keeping both avoids rebuilding the
-id list per step.
+It keeps the `Block` objects (for reference counting). Their plain ids, which a driver ships
+to the attention kernel every step, are listed lazily and extended as the table grows: the
+simulator never asks for them, and the engine asks every step for a table that has grown by a
+block at most.
 """
 from __future__ import annotations
 
@@ -10,12 +11,12 @@ from .block_pool import Block
 
 
 class BlockTable:
-    __slots__ = ("blocks", "block_ids", "block_size", "num_cached_blocks")
+    __slots__ = ("blocks", "_ids", "block_size", "num_cached_blocks")
 
     def __init__(self, block_size: int, blocks: list[Block] | None = None) -> None:
         self.block_size = block_size
         self.blocks: list[Block] = list(blocks or ())
-        self.block_ids: list[int] = [b.block_id for b in self.blocks]
+        self._ids: list[int] = []  # ids of blocks[:len(_ids)]
         self.num_cached_blocks = 0  # leading blocks already registered in the prefix cache
 
     def __len__(self) -> int:
@@ -25,25 +26,37 @@ class BlockTable:
     def num_slots(self) -> int:
         return len(self.blocks) * self.block_size
 
+    @property
+    def block_ids(self) -> list[int]:
+        ids, blocks = self._ids, self.blocks
+        if len(ids) < len(blocks):
+            ids.extend([b.block_id for b in blocks[len(ids):]])
+        return ids
+
     def append(self, block: Block) -> None:
         self.blocks.append(block)
-        self.block_ids.append(block.block_id)
 
     def extend(self, blocks: list[Block]) -> None:
         self.blocks.extend(blocks)
-        self.block_ids.extend([b.block_id for b in blocks])
 
     def replace(self, index: int, block: Block) -> None:
         self.blocks[index] = block
-        self.block_ids[index] = block.block_id
+        if index < len(self._ids):
+            self._ids[index] = block.block_id
+
+    def truncate(self, num_blocks: int) -> list[Block]:
+        """Drop the blocks past the first `num_blocks`; returns them."""
+        dropped = self.blocks[num_blocks:]
+        del self.blocks[num_blocks:], self._ids[num_blocks:]
+        return dropped
 
     def lookup(self, token_idx: int) -> tuple[int, int]:
         """(block_id, offset) of the KV slot that holds token `token_idx`."""
         i, offset = divmod(token_idx, self.block_size)
-        if token_idx < 0 or i >= len(self.block_ids):
+        if token_idx < 0 or i >= len(self.blocks):
             raise IndexError(f"token index {token_idx} outside the block table "
-                             f"({len(self.block_ids)} blocks of {self.block_size} tokens)")
-        return self.block_ids[i], offset
+                             f"({len(self.blocks)} blocks of {self.block_size} tokens)")
+        return self.blocks[i].block_id, offset
 
     def slot(self, token_idx: int) -> int:
         block_id, offset = self.lookup(token_idx)

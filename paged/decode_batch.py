@@ -18,7 +18,8 @@ from .request import Request
 
 
 class DecodeBatch:
-    __slots__ = ("block_size", "clock", "members", "buckets", "finish_at", "_finish_clocks", "context_sum")
+    __slots__ = ("block_size", "clock", "members", "buckets", "_bucket_sizes", "finish_at", "_finish_clocks",
+                 "context_sum")
 
     def __init__(self, block_size: int) -> None:
         self.block_size = block_size
@@ -26,8 +27,9 @@ class DecodeBatch:
         self.members: dict[Request, None] = {}  # join order
         # buckets[p]: members that need a new block before the step taken at a clock == p mod bs
         self.buckets: list[dict[Request, None]] = [{} for _ in range(block_size)]
-        self.finish_at: dict[int, list[Request]] = {}
-        self._finish_clocks: list[int] = []  # heap over finish_at's keys (may hold spent ones)
+        self._bucket_sizes = [0] * block_size
+        self.finish_at: dict[int, list[Request]] = {}  # clock -> members that reach their output limit then
+        self._finish_clocks: list[int] = []  # heap over finish_at's keys (may hold keys since emptied)
         self.context_sum = 0  # sum over members of the context they attend to in the next step
 
     def __len__(self) -> int:
@@ -39,7 +41,9 @@ class DecodeBatch:
         req._batch = self
         req._clock0 = clock
         self.members[req] = None
-        self.buckets[(clock - c) % self.block_size][req] = None
+        p = (clock - c) % self.block_size
+        self.buckets[p][req] = None
+        self._bucket_sizes[p] += 1
         fin = clock + req.max_output_tokens - req._num_output
         req._finish_clock = fin
         lst = self.finish_at.get(fin)
@@ -55,7 +59,14 @@ class DecodeBatch:
         c0 = req._num_computed
         d = self.clock - req._clock0
         del self.members[req]
-        del self.buckets[(req._clock0 - c0) % self.block_size][req]
+        p = (req._clock0 - c0) % self.block_size
+        del self.buckets[p][req]
+        self._bucket_sizes[p] -= 1
+        due = self.finish_at.get(req._finish_clock)
+        if due is not None:  # (absent when it leaves because it finished)
+            due.remove(req)
+            if not due:
+                del self.finish_at[req._finish_clock]
         req._num_computed = c0 + d
         req._num_output += d
         req._batch = None
@@ -71,25 +82,18 @@ class DecodeBatch:
         last. (k > 1 only when no member finishes before the last: see steps_to_next_finish.)"""
         self.clock = clock = self.clock + k
         self.context_sum += k * len(self.members)
-        done = self.finish_at.pop(clock, None)
-        if done is None:
-            return []
-        return [r for r in done if r._batch is self and r._finish_clock == clock]
+        return self.finish_at.pop(clock, [])
 
     def steps_to_next_finish(self) -> int:
         heap, finish_at = self._finish_clocks, self.finish_at
-        while heap:
-            fin = heap[0]
-            if fin in finish_at and any(r._batch is self and r._finish_clock == fin for r in finish_at[fin]):
-                return fin - self.clock
+        while heap and heap[0] not in finish_at:
             heapq.heappop(heap)
-            finish_at.pop(fin, None)
-        return 1 << 62
+        return heap[0] - self.clock if heap else 1 << 62
 
     def block_needs(self, k: int) -> list[int]:
         """New blocks needed by each of the next k steps."""
-        bs, buckets, clock = self.block_size, self.buckets, self.clock
-        return [len(buckets[(clock + j) % bs]) for j in range(k)]
+        bs, sizes, clock = self.block_size, self._bucket_sizes, self.clock
+        return [sizes[(clock + j) % bs] for j in range(k)]
 
     def steps_with_blocks(self, num_free_blocks: int, k_max: int) -> int:
         """The largest k <= k_max for which the next k steps need at most `num_free_blocks`."""
@@ -97,8 +101,7 @@ class DecodeBatch:
         if n == 0:
             return k_max
         bs, c = self.block_size, self.clock % self.block_size
-        sizes = [len(b) for b in self.buckets]
-        sizes = sizes[c:] + sizes[:c]
+        sizes = self._bucket_sizes[c:] + self._bucket_sizes[:c]
         cycles = min(k_max // bs, num_free_blocks // n)  # each whole cycle of bs steps needs n blocks
         k, free = cycles * bs, num_free_blocks - cycles * n
         for s in sizes:

@@ -53,7 +53,7 @@ class KVCacheManager:
     def get_computed_blocks(self, request: Request) -> tuple[list[Block], int]:
         """Longest cached prefix of the request, in whole blocks, never covering the last token:
         the last token must be computed again to produce the logits of the next one."""
-        if not self.enable_caching:
+        if not self.enable_caching or not request.has_content:
             return [], 0
         max_blocks = (request.num_tokens - 1) // self.block_size
         hashes = extend_block_hashes(request, self.block_size, max_blocks)
@@ -72,7 +72,7 @@ class KVCacheManager:
 
     def cache_full_blocks(self, request: Request, num_computed_tokens: int) -> None:
         """Register the request's newly filled blocks in the prefix cache."""
-        if not self.enable_caching:
+        if not self.enable_caching or not request.has_content:
             return
         table = self.tables[request.request_id]
         num_full = num_computed_tokens // self.block_size
@@ -177,8 +177,7 @@ class KVCacheManager:
         table = self.tables.get(request.request_id)
         keep = -(-num_tokens // self.block_size)
         if table is not None and len(table) > keep:
-            extra = table.blocks[keep:]
-            del table.blocks[keep:], table.block_ids[keep:]
+            extra = table.truncate(keep)
             self.num_table_slots -= len(extra) * self.block_size
             self.pool.free(reversed(extra))
 
@@ -187,7 +186,10 @@ class KVCacheManager:
         table = self.tables.pop(request.request_id, None)
         if table is not None:
             self.num_table_slots -= table.num_slots
-            self.pool.free(reversed(table.blocks))
+            if request.has_content or request.sampling_params.n > 1:
+                self.pool.free(reversed(table.blocks))
+            else:  # no cache hit or fork can have shared them: no reference counting to do
+                self.pool.free_unshared(reversed(table.blocks))
         cpu = self.cpu_tables.pop(request.request_id, None)
         if cpu is not None:
             self.cpu_pool.free(reversed(cpu))

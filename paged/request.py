@@ -77,7 +77,7 @@ class Request:
         "status", "stop_reason", "output_token_ids", "block_hashes",
         "_num_computed", "_num_output", "_batch", "_clock0", "_finish_clock",
         "num_preemptions", "num_cached_tokens", "first_scheduled_time", "first_token_time",
-        "finished_time", "parent", "index", "seq",
+        "finished_time", "parent", "index", "seq", "has_content",
     )
 
     def __init__(
@@ -118,6 +118,8 @@ class Request:
         self.prompt_token_ids = prompt_token_ids
         self.num_prompt_tokens = num_prompt_tokens
         self.prefix_hash_ids = prefix_hash_ids
+        # Whether its blocks can be named for prefix caching: a length-only trace row cannot.
+        self.has_content = prompt_token_ids is not None or prefix_hash_ids is not None
         self.hash_id_block_size = hash_id_block_size
         self.sampling_params = sampling_params
         # The tokens that end this request: the user's stop ids, and EOS (some models have

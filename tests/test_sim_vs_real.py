@@ -1,0 +1,43 @@
+"""`experiments/sim_vs_real.py --quick` closes the loop end to end: it profiles the engine, simulates
+a slice of the trace, replays it on the engine in real time and writes what it promises.
+
+A quick slice (8 requests, a 6-point profile) is far too noisy to test accuracy, so this checks
+structure and sanity only: every metric has a finite prediction and measurement, both sides served
+every request with every output token, and the latencies are positive.
+"""
+import json
+import math
+
+import pandas as pd
+import pytest
+
+from .test_experiments import load
+
+pytest.importorskip("torch")
+
+METRICS = [f"{name}_{stat}" for name in ("ttft", "tpot", "e2e") for stat in ("mean", "p50", "p90")] + [
+    "throughput_req_s", "output_tokens_per_s"]
+
+
+def test_sim_vs_real_quick(tmp_path):
+    assert load("sim_vs_real").main(["--quick", "--out", str(tmp_path)]) == 0
+    result = json.loads((tmp_path / "sim_vs_real.json").read_text())
+    assert set(result["metrics"]) == set(METRICS)
+    for name, m in result["metrics"].items():
+        assert set(m) == {"predicted", "measured", "rel_error"}, name
+        assert all(isinstance(v, float) and math.isfinite(v) for v in m.values()), (name, m)
+        assert m["predicted"] > 0 and m["measured"] > 0, (name, m)
+        assert m["rel_error"] == pytest.approx((m["predicted"] - m["measured"]) / m["measured"])
+
+    requests = pd.read_csv(tmp_path / "sim_vs_real_requests.csv")
+    assert len(requests) == result["conditions"]["num_requests"] == 8
+    for side in ("predicted", "measured"):
+        assert (requests[f"{side}_num_generated"] == requests.num_output_tokens).all()
+        assert requests[f"{side}_finished_s"].notna().all()
+        assert (requests[f"{side}_ttft"] > 0).all()
+        assert (requests[f"{side}_e2e"] >= requests[f"{side}_ttft"]).all()
+    steps = pd.read_csv(tmp_path / "sim_vs_real_steps.csv")
+    assert (steps.step_s >= steps.forward_s).all() and (steps.predicted_s > 0).all()
+    assert set(pd.read_csv(tmp_path / "sim_vs_real.csv").metric) == set(METRICS)
+    assert (tmp_path / "sim_vs_real.png").stat().st_size > 10_000
+    assert (tmp_path / "profile.json").exists() and "[" in (tmp_path / "verdicts.txt").read_text()
