@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .catalog import lookup
+
 GB = 10**9
 TFLOP = 10**12
 
@@ -48,10 +50,4 @@ _ALIASES = {"a100": "a100-80gb", "a100-80g": "a100-80gb", "h100-80gb": "h100", "
 
 
 def get_hardware(name: str | HardwareSpec) -> HardwareSpec:
-    if isinstance(name, HardwareSpec):
-        return name
-    key = name.lower()
-    key = _ALIASES.get(key, key)
-    if key not in HARDWARE:
-        raise ValueError(f"unknown hardware {name!r}: known are {sorted(HARDWARE)}")
-    return HARDWARE[key]
+    return lookup("hardware", name, HARDWARE, _ALIASES)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .catalog import lookup
+
 
 @dataclass(slots=True, frozen=True)
 class ModelSpec:
@@ -57,13 +59,7 @@ _ALIASES = {a: m.name for m in MODELS.values() for a in m.aliases}
 
 
 def get_model(name: str | ModelSpec) -> ModelSpec:
-    if isinstance(name, ModelSpec):
-        return name
-    key = name.lower()
-    key = _ALIASES.get(key, key)
-    if key not in MODELS:
-        raise ValueError(f"unknown model {name!r}: known are {sorted(MODELS)}")
-    return MODELS[key]
+    return lookup("model", name, MODELS, _ALIASES)
 
 
 @dataclass(slots=True, frozen=True)
@@ -91,6 +87,4 @@ KV_DTYPES: dict[str, KVDtype] = {d.name: d for d in (
 
 
 def get_kv_dtype(name: str) -> KVDtype:
-    if name not in KV_DTYPES:
-        raise ValueError(f"unknown KV cache dtype {name!r}: known are {list(KV_DTYPES)}")
-    return KV_DTYPES[name]
+    return lookup("KV cache dtype", name, KV_DTYPES)
