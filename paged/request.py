@@ -49,18 +49,34 @@ class SamplingParams:
     ignore_eos: bool = False
 
     def __post_init__(self) -> None:
+        if self.stop is None or isinstance(self.stop, str):
+            self.stop = [self.stop] if self.stop else []
+        if self.stop_token_ids is None:
+            self.stop_token_ids = []
+
+        def integer(x) -> bool:
+            return isinstance(x, int) and not isinstance(x, bool)
+
+        def number(x) -> bool:
+            return isinstance(x, (int, float)) and not isinstance(x, bool)
+
         checks = [
-            (isinstance(self.max_tokens, int) and self.max_tokens >= 1, "max_tokens", "an integer >= 1"),
-            (self.temperature >= 0.0, "temperature", "a value >= 0"),
-            (isinstance(self.top_k, int) and self.top_k >= 0, "top_k", "an integer >= 0 (0 = off)"),
-            (0.0 < self.top_p <= 1.0, "top_p", "a value in (0, 1]"),
-            (isinstance(self.n, int) and self.n >= 1, "n", "an integer >= 1"),
+            (integer(self.max_tokens) and self.max_tokens >= 1, "max_tokens", "an integer >= 1"),
+            (number(self.temperature) and self.temperature >= 0.0, "temperature", "a number >= 0"),
+            (integer(self.top_k) and self.top_k >= 0, "top_k", "an integer >= 0 (0 = off)"),
+            (number(self.top_p) and 0.0 < self.top_p <= 1.0, "top_p", "a number in (0, 1]"),
+            (integer(self.n) and self.n >= 1, "n", "an integer >= 1"),
+            # a per-sequence generator is seeded with seed + its index: keep it in torch's range
+            (self.seed is None or (integer(self.seed) and 0 <= self.seed < 2**62), "seed",
+             "None or an integer in [0, 2**62)"),
+            (isinstance(self.stop, (list, tuple)) and all(isinstance(x, str) and x for x in self.stop), "stop",
+             "a string or a list of non-empty strings"),
+            (isinstance(self.stop_token_ids, (list, tuple, set, frozenset))
+             and all(integer(x) for x in self.stop_token_ids), "stop_token_ids", "a list of integers"),
         ]
         for ok, name, expected in checks:
             if not ok:
                 raise ValueError(f"SamplingParams.{name}={getattr(self, name)!r}: expected {expected}")
-        if isinstance(self.stop, str):
-            self.stop = [self.stop]
 
 
 class Request:
@@ -77,7 +93,7 @@ class Request:
         "status", "stop_reason", "output_token_ids", "block_hashes",
         "_num_computed", "_num_output", "_batch", "_clock0", "_finish_clock",
         "num_preemptions", "num_cached_tokens", "first_scheduled_time", "first_token_time",
-        "finished_time", "parent", "index", "seq", "has_content",
+        "finished_time", "last_token_time", "parent", "index", "seq", "has_content",
     )
 
     def __init__(
@@ -151,6 +167,9 @@ class Request:
         self.first_scheduled_time: float | None = None
         self.first_token_time: float | None = None
         self.finished_time: float | None = None
+        # when its last token was sampled; not kept up to date while it is in the decode batch
+        # (where each step's end is a token), only when it leaves or samples elsewhere
+        self.last_token_time: float | None = None
         self.parent: Request | None = None
         self.index = 0
         self.seq = 0

@@ -35,6 +35,7 @@ class Scheduler(BaseScheduler):
         self.prefilling: dict[Request, None] = {}  # running requests scheduled one by one
         self.swapped = RequestQueue(self.policy, RequestStatus.SWAPPED, self.kv)
         self._admission_blocked = False  # the last admission attempt failed for a lasting reason
+        self._now = 0.0  # the time of the step being scheduled
 
     @property
     def num_running(self) -> int:
@@ -59,6 +60,7 @@ class Scheduler(BaseScheduler):
     # -- scheduling ---------------------------------------------------------------------------
     def schedule(self, now: float) -> SchedulerOutput:
         kv, dec, policy = self.kv, self.decode, self.policy
+        self._now = now
         out = SchedulerOutput([], [], [])
         victim_key = policy.victim_key
 
@@ -239,6 +241,7 @@ class Scheduler(BaseScheduler):
         gave = 0
         if req._batch is not None:
             self.decode.leave(req)
+            req.last_token_time = self._now  # its last decode step ended as this one is scheduled
             gave = 1
         else:
             del self.prefilling[req]
@@ -312,6 +315,7 @@ class Scheduler(BaseScheduler):
     def _sampled(self, req: Request, toks, now: float, finished: list[Request]) -> None:
         """A request produced a token at the end of a non-decode step: finish it or let it decode."""
         req._num_output += 1
+        req.last_token_time = now
         if req.first_token_time is None:
             req.first_token_time = now
         status = None

@@ -127,8 +127,33 @@ def _load_yaml(path: str, parser: argparse.ArgumentParser, run: argparse.Argumen
     unknown = sorted(set(cfg) - known)
     if unknown:
         raise SystemExit(f"{path}: unknown option(s) {unknown}; known are {sorted(known)}")
-    run.set_defaults(**cfg)
+    run.set_defaults(**{k: _yaml_value(path, k, v, run) for k, v in cfg.items()})
     return parser.parse_args(argv)
+
+
+def _yaml_value(path: str, key: str, value, run: argparse.ArgumentParser):
+    """A config file's value, held to what the command line would accept for the same option:
+    a switch takes true/false (the string "false" is not false), a typed option its type, and
+    a file named by a relative path is found next to the config file."""
+    action = next((a for a in run._actions if a.dest == key), None)
+    if action is None:  # a SimConfig field without a command-line option: SimConfig checks it
+        return value
+    if isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction)):
+        if not isinstance(value, bool):
+            raise SystemExit(f"{path}: {key}={value!r}: expected true or false")
+        return value
+    if value is not None and action.type is not None and not isinstance(value, action.type):
+        try:
+            value = action.type(value)
+        except (TypeError, ValueError):
+            raise SystemExit(f"{path}: {key}={value!r}: expected a value of type {action.type.__name__}") from None
+    if action.choices is not None and value not in action.choices:
+        raise SystemExit(f"{path}: {key}={value!r}: expected one of {list(action.choices)}")
+    if key in ("trace", "cost_model") and isinstance(value, str) and value.endswith((".csv", ".json", ".jsonl")):
+        candidate = Path(path).parent / value
+        if not Path(value).is_absolute() and candidate.exists():
+            value = str(candidate)
+    return value
 
 
 def _jsonable(x):

@@ -22,10 +22,6 @@ def to_ticks(seconds: float) -> int:
     return round(seconds * TICKS_PER_S)
 
 
-def to_seconds(ticks: int) -> float:
-    return ticks / TICKS_PER_S
-
-
 class UrgentTimeout(Timeout):
     """A timeout processed before ordinary events due at the same time."""
 

@@ -62,6 +62,8 @@ class Replica:
         env = self.env
         while True:
             yield self._wake
+            if self.timeseries.next_tick < env.now:  # woken by a timer: the samples due show the idle state
+                self._sample(env.now)
             delay = self._begin(env.now)
             while delay is not None:
                 yield env.timeout(delay)
@@ -168,6 +170,14 @@ class Replica:
             add_window_to_histogram(self.itl_hist, lines, n, batch)
         else:
             out, self._out = self._out, None
+            # Tokens sampled outside the decode batch by requests that had tokens before (back
+            # from a preemption, or the step after a fork): their gap includes any stall.
+            for r, n in zip(out.prefill_requests, out.prefill_num_tokens):
+                if r.num_output_tokens and r.num_computed_tokens + n == r.num_tokens:
+                    gap = now - to_ticks(r.last_token_time)
+                    b = itl_bin(gap)
+                    self.itl_hist[b] = self.itl_hist.get(b, 0) + 1
+                    self.itl_weighted_ticks += gap
             finished = sched.update_from_output(out, None, now / TICKS_PER_S)
             nd = out.num_decode_tokens
             if nd:

@@ -84,6 +84,12 @@ def _read_csv(path: Path, fmt: str) -> TraceColumns:
         df = pd.read_csv(path, dtype=str, keep_default_na=False, skip_blank_lines=False, index_col=False)
     except pd.errors.ParserError as e:
         raise TraceError(f"{path}: {e}") from None
+    df.columns = [str(c).strip() for c in df.columns]  # as detect_format reads the header
+    # Blank lines are kept so that row i is line i + 2; only trailing ones (an editor's final
+    # newlines) are dropped.
+    blank = df.apply(lambda col: col.str.strip() == "").all(axis=1).to_numpy()
+    keep = len(blank) - int(np.argmin(blank[::-1])) if not blank.all() else 0
+    df = df.iloc[:keep]
     missing = [c for c in columns if c not in df.columns]
     if missing:
         raise TraceError(f"{path}, line 1: missing column(s) {missing}; the {fmt} format has {list(columns)}, "

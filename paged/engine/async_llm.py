@@ -97,8 +97,8 @@ class AsyncLLM:
             request_id, prompt, params, queue = self._to_add.pop(0)
             try:
                 engine.add_request(prompt, params, request_id=request_id)
-            except ValueError as e:
-                queue.put_nowait(e)
+            except Exception as e:  # noqa: BLE001 -- whatever a bad request raises ends its stream only
+                queue.put_nowait(e if isinstance(e, ValueError) else ValueError(f"request {request_id!r}: {e!r}"))
         while self._to_abort:
             request_id = self._to_abort.pop()
             out = engine.abort_request(request_id)

@@ -22,7 +22,6 @@ process holds the other core, and run times then swing tenfold; one thread is st
 from __future__ import annotations
 
 import argparse
-import csv
 import random
 import time
 from pathlib import Path
@@ -40,13 +39,14 @@ TRACE = Path(__file__).resolve().parents[2] / "traces" / "azure_llm_2023_conv.cs
 def load_requests(trace: Path, num: int, input_scale: float, output_scale: float, vocab: int,
                   seed: int = 0) -> list[tuple[list[int], int]]:
     """(prompt token ids, output length) for the trace's first `num` rows, lengths scaled."""
+    from sim.traces import read_trace
+
     rng = random.Random(seed)
-    with open(trace) as f:
-        rows = [row for _, row in zip(range(num), csv.DictReader(f), strict=False)]
+    rows = read_trace(trace)
     requests = []
-    for row in rows:
-        prompt_len = max(1, round(int(row["ContextTokens"]) * input_scale))
-        output_len = max(1, round(int(row["GeneratedTokens"]) * output_scale))
+    for prompt, output in zip(rows.num_prompt_tokens[:num], rows.num_output_tokens[:num]):
+        prompt_len = max(1, round(int(prompt) * input_scale))
+        output_len = max(1, round(int(output) * output_scale))
         requests.append(([rng.randrange(32, vocab) for _ in range(prompt_len)], output_len))
     return requests
 
@@ -110,8 +110,10 @@ def main(argv: list[str] | None = None) -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
 
+    # Prefix caching off: every round runs the same prompts again, and transformers has no
+    # cache to reuse them from, so hits would flatter the engine.
     llm = LLM(args.model, max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
-              kv_cache_memory_bytes=1 << 30)
+              kv_cache_memory_bytes=1 << 30, enable_prefix_caching=False)
     requests = load_requests(args.trace, args.num_requests, args.input_scale, args.output_scale,
                              llm.llm_engine.model_config.vocab_size)
     num_out = sum(n for _, n in requests)

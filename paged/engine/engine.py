@@ -135,6 +135,9 @@ class LLMEngine:
         now = time.monotonic()
         for seq in state.seqs:
             self.scheduler.abort(seq.request_id, now)
+        # children forked in a step that failed before the engine adopted them
+        for orphan in [r for r in self.scheduler.requests.values() if r.parent is state.root]:
+            self.scheduler.abort(orphan.request_id, now)
         self.sampler.free_request(request_id, state.params.n)
         return state.output()
 
@@ -184,4 +187,6 @@ def _checked(params: SamplingParams | None) -> SamplingParams:
         return SamplingParams()
     if not isinstance(params, SamplingParams):
         raise ValueError(f"sampling params of type {type(params).__name__}: expected paged.SamplingParams")
-    return dataclasses.replace(params, stop_token_ids=list(params.stop_token_ids), stop=list(params.stop))
+    # `replace` runs the checks again on the current values
+    return dataclasses.replace(params, stop_token_ids=list(params.stop_token_ids or ()),
+                               stop=[params.stop] if isinstance(params.stop, str) else list(params.stop or ()))

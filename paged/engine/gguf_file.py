@@ -52,8 +52,11 @@ class GGUFFile:
         heads = f[f"{arch}.attention.head_count"]
         hidden = f[f"{arch}.embedding_length"]
         scaling = None
-        if f.get(f"{arch}.rope.scaling.type", "none") == "linear":
+        scaling_type = f.get(f"{arch}.rope.scaling.type", "none")
+        if scaling_type == "linear":
             scaling = {"rope_type": "linear", "factor": f[f"{arch}.rope.scaling.factor"]}
+        elif scaling_type != "none":
+            raise ValueError(f"{self.path}: RoPE scaling {scaling_type!r} is not supported: expected none or linear")
         eos = f.get("tokenizer.ggml.eos_token_id")
         return ModelConfig(
             architecture=_ARCHITECTURES[arch],
@@ -70,6 +73,7 @@ class GGUFFile:
             max_position_embeddings=f.get(f"{arch}.context_length", 4096),
             tie_word_embeddings="output.weight" not in names,
             qkv_bias="blk.0.attn_q.bias" in names,
+            o_bias="blk.0.attn_output.bias" in names,
             bos_token_id=f.get("tokenizer.ggml.bos_token_id"),
             eos_token_ids=() if eos is None else (eos,),
         )
@@ -85,9 +89,10 @@ class GGUFFile:
                 raise ValueError(f"{self.path}: unexpected tensor {tensor.name!r}")
             # A copy: float tensors come back as views of the read-only memory map.
             w = np.array(dequantize(tensor.data, tensor.tensor_type), dtype=np.float32)
-            if unpermute and name.endswith("q_proj.weight"):
+            # llama.cpp's converter permutes q and k rows, weights and biases alike
+            if unpermute and name.endswith(("q_proj.weight", "q_proj.bias")):
                 w = unpermute_rows(w, config.num_attention_heads)
-            elif unpermute and name.endswith("k_proj.weight"):
+            elif unpermute and name.endswith(("k_proj.weight", "k_proj.bias")):
                 w = unpermute_rows(w, config.num_key_value_heads)
             yield name, torch.from_numpy(np.ascontiguousarray(w))
 

@@ -54,6 +54,22 @@ def test_bad_request_fails_only_its_own_stream(engine):
     assert isinstance(worse, ValueError) and "max_model_len" in str(worse)
 
 
+def test_params_broken_after_construction_fail_only_their_stream(engine):
+    """Checked again on submission: a field changed to a bad value never reaches a step."""
+    broken = SamplingParams(max_tokens=4)
+    broken.seed = 2**64
+
+    async def main():
+        good = asyncio.create_task(_collect(engine, [1, 2, 3]))
+        bad = asyncio.create_task(_collect(engine, [4, 5], broken))
+        return await asyncio.gather(good, bad, return_exceptions=True)
+
+    good, bad = asyncio.run(main())
+    assert good[-1].finished and len(good[-1].token_ids) == 12
+    assert isinstance(bad, ValueError) and "seed" in str(bad)
+    assert_all_blocks_free(engine.engine)
+
+
 def test_abort_ends_the_stream_and_frees_blocks(engine):
     async def main():
         stream = engine.generate([1, 2, 3], SamplingParams(max_tokens=400, ignore_eos=True), request_id="r")

@@ -35,6 +35,7 @@ def test_bad_prompt_names_itself_and_the_engine_goes_on(llm, prompt, message):
 
 @pytest.mark.parametrize(("field", "value"), [
     ("temperature", -0.5), ("top_p", 0.0), ("top_p", 1.5), ("max_tokens", 0), ("top_k", -1), ("n", 0),
+    ("seed", 2**64), ("seed", 1.5), ("seed", "x"), ("stop", [1]), ("stop_token_ids", [[1]]), ("max_tokens", True),
 ])
 def test_invalid_sampling_params(llm, field, value):
     with pytest.raises(ValueError, match=field):

@@ -1,6 +1,7 @@
 """`python -m paged.engine profile` writes the profile format the simulator loads; `generate` prints text."""
 import json
 
+from paged.engine import LLM, SamplingParams
 from paged.engine.__main__ import main
 from paged.engine.profile import FEATURES, FORMAT
 
@@ -16,19 +17,26 @@ def test_profile_writes_the_simulator_format(tiny_llama, tmp_path):
     assert (profile["device"], profile["dtype"], profile["block_size"]) == ("cpu", "float32", 16)
     assert profile["model"] == str(tiny_llama[0]) and profile["num_threads"] >= 1
     samples = profile["samples"]
-    assert len(samples) == 4 + 4 + 1
+    assert len(samples) == 4 + 6 + 2  # batches of one once; larger ones at equal and at spread contexts
     assert all(set(s) == {*FEATURES, "time_s"} and s["time_s"] > 0 for s in samples)
-    prefill, decode, mixed = samples[:4], samples[4:8], samples[8:]
+    prefill, decode, mixed = samples[:4], samples[4:10], samples[10:]
     # chunk n after c cached tokens attends n*c + n(n+1)/2 pairs
     assert [(s["num_prefill_tokens"], s["prefill_attention_pairs"]) for s in prefill] == [
         (16, 136), (48, 1176), (16, 16 * 32 + 136), (48, 48 * 32 + 1176)]
     assert all(s["num_decode_tokens"] == 0 and s["num_seqs"] == 1 for s in prefill)
-    assert [(s["num_decode_tokens"], s["num_prefill_tokens"]) for s in decode] == [(1, 0), (1, 0), (3, 0), (3, 0)]
+    assert [(s["num_decode_tokens"], s["num_prefill_tokens"]) for s in decode] == [(1, 0)] * 2 + [(3, 0)] * 4
     assert decode[0]["decode_context_sum"] == 20 and decode[1]["decode_context_sum"] == 64
+    # Batches of 3: equal contexts, then spread from the longest down to 2 tokens: (20, 20, 20), (20, 10, 2), ...
+    # (give or take the tokens that requests prefilled first decode while the others prefill).
+    equal, spread = [s["decode_context_sum"] for s in decode[2::2]], [s["decode_context_sum"] for s in decode[3::2]]
+    assert all(e >= 3 * c and s < 2 * c for e, s, c in zip(equal, spread, (20, 64), strict=True))
     assert all(s["num_decode_tokens"] == 2 and s["num_prefill_tokens"] == 16 and s["num_seqs"] == 3 for s in mixed)
+    assert mixed[0]["decode_context_sum"] >= 2 * 41 and mixed[1]["decode_context_sum"] < 41 + 20
 
 
 def test_generate_command(tiny_llama, capsys):
     main(["generate", "--model", str(tiny_llama[0]), "--prompt", "Hi", "--max-tokens", "3",
           "--kv-cache-memory-bytes", str(1 << 20)])
-    assert capsys.readouterr().out.endswith("\n")
+    llm = LLM(str(tiny_llama[0]), kv_cache_memory_bytes=1 << 20)
+    expected = llm.generate(["Hi"], SamplingParams(max_tokens=3, temperature=0.0))[0]
+    assert expected.token_ids and capsys.readouterr().out == expected.text + "\n"

@@ -71,3 +71,38 @@ def test_bench_cases_run():
     row = run_case("synthetic", 300, True, 5.0)
     assert row["num_requests"] == 300 and row["sim_req_per_s"] > 0 and row["peak_mb"] >= row["base_mb"] > 0
     assert run_case("azure", 100, False, 5.0)["fast_path_steps"] == 0.0
+
+
+def test_config_file_values_are_held_to_the_options_types(tmp_path):
+    import pytest
+
+    from sim.cli import main
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text('enable_prefix_caching: "false"\n')
+    with pytest.raises(SystemExit, match="enable_prefix_caching='false': expected true or false"):
+        main(["run", "--config", str(bad), "--trace", "x.csv"])
+    bad.write_text("max_num_seqs: many\n")
+    with pytest.raises(SystemExit, match="max_num_seqs='many': expected a value of type int"):
+        main(["run", "--config", str(bad), "--trace", "x.csv"])
+
+
+def test_config_file_finds_a_trace_next_to_it(tmp_path):
+    import json
+
+    from sim.cli import main
+
+    (tmp_path / "t.csv").write_text("arrived_at,num_prefill_tokens,num_decode_tokens\n0.0,10,3\n0.5,20,4\n")
+    (tmp_path / "c.yaml").write_text("trace: t.csv\nmodel: smollm2-135m\nhardware: l4\n")
+    out = tmp_path / "o.json"
+    assert main(["run", "--config", str(tmp_path / "c.yaml"), "--json", str(out)]) == 0
+    assert json.load(open(out))["num_finished"] == 2
+
+
+def test_tensor_parallelism_must_split_the_heads():
+    import pytest
+
+    from sim import get_hardware, get_model, plan_kv_cache
+
+    with pytest.raises(ValueError, match="tp=2: smollm2-135m has 9 attention heads"):
+        plan_kv_cache(get_model("smollm2-135m"), get_hardware("l4"), tp=2)

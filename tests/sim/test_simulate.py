@@ -126,3 +126,28 @@ def test_overrides_and_bad_config(conv500):
     with pytest.raises(ValueError, match="short by"):
         simulate(conv500.head(5), SimConfig(model="llama-2-70b"))
     assert not math.isnan(simulate(conv500.head(5), replace(SimConfig(), tp=2)).summary()["ttft_s"]["mean"])
+
+
+def test_samples_before_a_static_batch_timeout_show_the_idle_replica():
+    import numpy as np
+
+    from sim import SimConfig, Workload, simulate
+
+    w = Workload(np.array([0.0]), np.array([100]), np.array([3]))
+    r = simulate(w, SimConfig(static_batching=True, batch_timeout_s=0.05, timeseries_interval_s=0.01))
+    ts = r.timeseries
+    before = ts[ts.time_s < 0.05 - 1e-9]
+    assert len(before) == 5 and (before.num_running == 0).all() and (before.num_waiting == 1).all()
+    assert (before.kv_usage == 0).all()
+
+
+def test_inter_token_latencies_count_the_gaps_of_preempted_requests():
+    """Every gap between two tokens of a finished request is in the histogram, stalls included."""
+    from sim import SimConfig, load_workload, simulate
+
+    w = load_workload("traces/azure_llm_2023_conv.csv", num_requests=150, max_model_len=4096)
+    r = simulate(w, SimConfig(num_gpu_blocks=700))
+    s = r.summary()
+    assert s["num_preemptions"] > 0
+    done = r.finished_mask()
+    assert sum(r.itl_hist.values()) == int((r.log.num_generated[done] - 1).sum())

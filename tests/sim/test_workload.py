@@ -118,3 +118,15 @@ def test_shared_prefix_and_sampled_lengths(azure_conv):
     assert len(w.prefix_ids(0)) == 100 // 16 and (w.num_prompt_tokens == 120).all()
     p, o = sample_lengths(load_workload(azure_conv), 1000, seed=3)
     assert len(p) == len(o) == 1000 and p.min() >= 1
+
+
+def test_trailing_blank_lines_and_spaced_headers_are_read(tmp_path):
+    from sim import read_trace
+
+    azure = tmp_path / "a.csv"
+    azure.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,374,44\n"
+                     "2023-11-16 18:15:50.9951690,396,109\n\n\n")
+    assert list(read_trace(azure).num_prompt_tokens) == [374, 396]
+    vidur = tmp_path / "v.csv"
+    vidur.write_text("arrived_at , num_prefill_tokens , num_decode_tokens\n0.5,10,3\n1.0,20,4\n")
+    assert list(read_trace(vidur).num_output_tokens) == [3, 4]
