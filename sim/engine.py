@@ -24,8 +24,9 @@ from paged.scheduler_base import BaseScheduler
 
 from .clock import TICKS_PER_S, to_ticks
 from .cost_model import CostModel
+from .itl import LongestStepSince
 from .recorder import RequestLog, TimeSeries
-from .window import add_window_to_histogram, envelope, first_reaching, itl_bin, span, steps_within
+from .window import add_window_to_histogram, envelope, first_reaching, itl_bin, span, step_duration, steps_within
 
 
 class Replica:
@@ -47,6 +48,8 @@ class Replica:
         self.peak_used_blocks = 0
         self.itl_hist: dict[int, int] = {}  # inter-token latency of decode tokens: log bin -> tokens
         self.itl_weighted_ticks = 0  # sum over decode tokens of their inter-token latency
+        self.longest_step = LongestStepSince()  # for each request's longest inter-token latency
+        self.longest_stall: dict[str, int] = {}  # request id -> its longest gap across a preemption
         self.num_windows = 0
         self.num_window_steps = 0
         self._wake = env.event()
@@ -168,6 +171,8 @@ class Replica:
             n, lines, batch = win
             finished = sched.advance_decode_steps(n, now / TICKS_PER_S)
             add_window_to_histogram(self.itl_hist, lines, n, batch)
+            # the envelope of lines is convex in the step: its longest step is the first or the last
+            self.longest_step.add(now, max(step_duration(lines, 0), step_duration(lines, n - 1)))
         else:
             out, self._out = self._out, None
             # Tokens sampled outside the decode batch by requests that had tokens before (back
@@ -178,7 +183,10 @@ class Replica:
                     b = itl_bin(gap)
                     self.itl_hist[b] = self.itl_hist.get(b, 0) + 1
                     self.itl_weighted_ticks += gap
+                    if gap > self.longest_stall.get(r.request_id, 0):
+                        self.longest_stall[r.request_id] = gap
             finished = sched.update_from_output(out, None, now / TICKS_PER_S)
+            self.longest_step.add(now, self._step_ticks)
             nd = out.num_decode_tokens
             if nd:
                 d = self._step_ticks
@@ -188,7 +196,12 @@ class Replica:
         if finished:
             record, index = self.log.record, self.index
             for req in finished:
-                record(req, index)
+                stall = self.longest_stall.pop(req.request_id, 0)
+                if req.num_output_tokens > 1:
+                    since = self.longest_step.since(to_ticks(req.first_token_time))
+                    record(req, index, max(since, stall) / TICKS_PER_S)
+                else:
+                    record(req, index)
             self.outstanding -= len(finished)
         if self.fast_path:
             self._k = sched.max_uniform_decode_steps()

@@ -17,8 +17,8 @@ TIMESERIES_COLUMNS = ("time_s", "kv_usage", "kv_tokens", "fragmentation", "num_r
 class RequestLog:
     """One row per workload request, filled in when it leaves the system."""
 
-    __slots__ = ("arrival_s", "first_scheduled_s", "first_token_s", "finished_s", "num_generated", "num_preemptions",
-                 "prefix_hit_tokens", "status", "replica")
+    __slots__ = ("arrival_s", "first_scheduled_s", "first_token_s", "finished_s", "max_itl_s", "num_generated",
+                 "num_preemptions", "prefix_hit_tokens", "status", "replica")
 
     def __init__(self, n: int) -> None:
         # The arrival time as the scheduler saw it (on the tick grid), so that differences with
@@ -27,14 +27,16 @@ class RequestLog:
         self.first_scheduled_s = np.full(n, np.nan)
         self.first_token_s = np.full(n, np.nan)
         self.finished_s = np.full(n, np.nan)
+        self.max_itl_s = np.full(n, np.nan)  # longest inter-token latency (requests of 2+ tokens)
         self.num_generated = np.zeros(n, dtype=np.int32)
         self.num_preemptions = np.zeros(n, dtype=np.int32)
         self.prefix_hit_tokens = np.zeros(n, dtype=np.int32)
         self.status = np.full(n, -1, dtype=np.int8)  # a paged.RequestStatus value once done
         self.replica = np.full(n, -1, dtype=np.int16)
 
-    def record(self, req: Request, replica: int) -> None:
+    def record(self, req: Request, replica: int, max_itl_s: float = np.nan) -> None:
         i = int(req.request_id)
+        self.max_itl_s[i] = max_itl_s
         self.arrival_s[i] = req.arrival_time
         if req.first_scheduled_time is not None:
             self.first_scheduled_s[i] = req.first_scheduled_time

@@ -85,7 +85,8 @@ class SimResult:
                 "num_prompt_tokens": w.num_prompt_tokens, "num_output_tokens": w.num_output_tokens,
                 "num_generated": lg.num_generated, "prefix_hit_tokens": lg.prefix_hit_tokens,
                 "first_scheduled_s": lg.first_scheduled_s, "first_token_s": lg.first_token_s,
-                "finished_s": lg.finished_s, **self.latency_columns(), "num_preemptions": lg.num_preemptions,
+                "finished_s": lg.finished_s, **self.latency_columns(), "max_itl_s": lg.max_itl_s,
+                "num_preemptions": lg.num_preemptions,
                 "status": pd.Categorical([names[int(s)] for s in lg.status]),
             })
         return self._requests

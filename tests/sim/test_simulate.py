@@ -151,3 +151,29 @@ def test_inter_token_latencies_count_the_gaps_of_preempted_requests():
     assert s["num_preemptions"] > 0
     done = r.finished_mask()
     assert sum(r.itl_hist.values()) == int((r.log.num_generated[done] - 1).sum())
+
+
+def test_longest_inter_token_latency_per_request():
+    """Between its mean (TPOT) and its whole decode span (the fast-path tests check it is exact)."""
+    import numpy as np
+
+    from sim import SimConfig, load_workload, simulate
+
+    w = load_workload("traces/azure_llm_2023_conv.csv", num_requests=150, max_model_len=4096)
+    for blocks in (700, 20_000):  # with and without preemption
+        r = simulate(w, SimConfig(num_gpu_blocks=blocks)).requests
+        many = r[r.num_generated > 1]
+        assert many.max_itl_s.notna().all() and r[r.num_generated <= 1].max_itl_s.isna().all()
+        assert (many.max_itl_s >= many.tpot_s - 1e-12).all()
+        assert (many.max_itl_s <= many.finished_s - many.first_token_s + 1e-12).all()
+
+
+def test_longest_step_since():
+    from sim.itl import LongestStepSince
+
+    steps = LongestStepSince()
+    durations = [5, 3, 8, 2, 2, 7, 1]
+    for end, d in enumerate(durations, start=1):
+        steps.add(end * 10, d)
+    for t in range(0, 80, 5):
+        assert steps.since(t) == max([d for end, d in enumerate(durations, start=1) if end * 10 > t], default=0)
