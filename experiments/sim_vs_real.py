@@ -12,16 +12,18 @@ also keeps every step's shape and duration, so the cost model is checked on the 
 engine ran: that separates the error of the step-time model from the error of the dynamics built
 on it. Vidur reports under 9% error against its own engine; the goal here is 10% on means and p50.
 
-What limits the accuracy on a CPU (the per-step table the script prints is the evidence): the cost
-model is linear in the batch's aggregates (`sim.profiled`), and this engine's step is not. (a)
+What limits the accuracy on a CPU (the per-step table the script prints is the evidence). (a)
 torch's CPU matmul takes a row-by-row path below 4 rows, so a decode step of 3 sequences is slower
-than one of 4, which no line through the profile fits: the fit overshoots batch 1 and undershoots
-batches 2-3. (b) The CPU attention pads every decode context to the batch's longest and zeroes the
-padding (`kernels.torch_path`), so a batch of unequal contexts costs more than its context sum
-says, while the profile measures equal contexts only. (c) The machine is shared: its speed moves
-by several percent between the profile and the replay (the script re-profiles afterwards to show
-by how much). Latency errors come out larger than step-time errors, because a slower engine
-queues and batches more, and that feeds back.
+than one of 4, and the LM head runs one row per sampling sequence in every step: no line through
+the batch's aggregates follows that, so the profiled model adds a correction per number of
+sequences (`sim.profiled`), and the grid measures each small batch size. (b) A real batch's
+contexts differ, and the step's time depends on more than their sum (the CPU attention pads a group
+of similar contexts to its longest, `kernels.torch_path`): the profile measures every batch at
+equal and at spread contexts (`ProfileGrid.decode_spreads`), which bracket a real batch, and the
+model is fitted to both. (c) The machine is shared: its speed moves by several percent between the
+profile and the replay (the script re-profiles afterwards to show by how much). Latency errors come
+out larger than step-time errors, because a slower engine queues and batches more, and that feeds
+back.
 
 Options besides --out and --quick: --profile PATH reuses a profile file instead of measuring one;
 --threads N sets torch's threads (default 1: on a small shared machine a second OpenMP thread
@@ -44,7 +46,7 @@ from common import SATURATION, Verdict, at_load, azure_conv, log_x, outcome, par
 
 from paged.engine import EngineConfig, LLMEngine, SamplingParams
 from paged.engine.profile import FEATURES, ProfileGrid, profile, write_profile
-from sim import ProfileFit, SimConfig, Workload, fit_profile, simulate
+from sim import CostModel, ProfileFit, SimConfig, Workload, fit_profile, simulate
 from sim.plots import cdf, figure
 from sim.runner import build_cache_config, build_scheduler_config
 
@@ -78,13 +80,15 @@ class Setup:
 # The Azure conv trace's prompts (median ~380, mean ~700 tokens) take seconds each to prefill on one
 # CPU thread; an eighth of them, capped at one full step's budget, keeps the slice to a few minutes.
 # A load of 60% of the predicted capacity keeps the engine busy most of the time, with queues in the
-# trace's bursts that drain between them. The grid measures decode batches 1, 2, 3 and 4 each: on this
-# CPU the matmuls are slower at 3 rows than at 4, which a fit between measured points would hide.
+# trace's bursts that drain between them. The grid measures batches of 1, 2, 3 and 4 sequences each, alone
+# and beside a prefill chunk: on this CPU the matmuls are slower at 3 rows than at 4 (and the LM head runs
+# a row per sampling sequence), which the cost model's corrections by number of sequences can only follow
+# where they are measured.
 FULL = Setup(num_requests=80, prompt_scale=1 / 8, output_scale=1 / 4, max_prompt_tokens=256, max_output_tokens=96,
              load=0.6, max_num_seqs=16, max_num_batched_tokens=256,
              grid=ProfileGrid(prefill_chunks=(16, 32, 64, 128, 256), prefill_contexts=(0, 96),
                               decode_batches=(1, 2, 3, 4, 6, 8, 12, 16), decode_contexts=(32, 128, 320),
-                              mixed_batches=(1, 4, 8), mixed_chunks=(32, 128), mixed_context=128, repeats=3))
+                              mixed_batches=(1, 2, 3, 4, 8), mixed_chunks=(32, 128), mixed_context=128, repeats=3))
 QUICK = Setup(num_requests=8, prompt_scale=1 / 16, output_scale=1 / 16, max_prompt_tokens=64, max_output_tokens=8,
               load=0.6, max_num_seqs=4, max_num_batched_tokens=64,
               grid=ProfileGrid(prefill_chunks=(16, 64), prefill_contexts=(0,), decode_batches=(1, 2, 4),
@@ -123,8 +127,8 @@ def sim_config(engine: LLMEngine, profile_path: Path) -> SimConfig:
 class StepLog:
     """The engine's runner, wrapped to keep each step's shape (the cost model's features) and its
     forward time: the cost model can then be checked on the very steps the replay ran. It also
-    keeps the longest decode context, which the cost model does not see but the CPU attention
-    pays for: it pads every decode context to the longest one (`kernels.torch_path`)."""
+    keeps the longest decode context, which the cost model does not see (how spread a batch's
+    contexts are changes how the CPU attention groups them, `kernels.torch_path`)."""
 
     def __init__(self, runner) -> None:
         self.runner = runner
@@ -228,28 +232,27 @@ def compare(predicted: pd.DataFrame, measured: pd.DataFrame) -> pd.DataFrame:
 
 
 def step_errors(steps: pd.DataFrame, fit: ProfileFit) -> pd.DataFrame:
-    """The cost model's prediction for each step the replay ran, beside the step's measured time;
-    and the prediction with every decode context as long as the batch's longest, as the CPU attention
-    computes it: a lower bound on what padding costs (zeroing the padding costs more on top)."""
+    """The cost model's prediction for each step the replay ran, beside the step's measured time, and
+    what the fitted line alone (without the corrections by number of sequences) would have said."""
     steps = steps[steps.num_seqs > 0].copy()
-    cost = fit.cost_model
-    steps["predicted_s"] = [cost.step_seconds(*row) for row in steps[list(FEATURES)].itertuples(index=False)]
+    line = CostModel([tuple(fit.coefficients_s.values())])
+    shapes = list(steps[list(FEATURES)].itertuples(index=False))
+    steps["predicted_s"] = [fit.cost_model.step_seconds(*row) for row in shapes]
+    steps["line_s"] = [line.step_seconds(*row) for row in shapes]
     steps["rel_error"] = steps.predicted_s / steps.step_s - 1
-    padding = steps.num_decode_tokens * steps.decode_max_context - steps.decode_context_sum
-    steps["predicted_padded_s"] = steps.predicted_s + fit.coefficients_s["decode_context_sum"] * padding
     steps["kind"] = np.where(steps.num_prefill_tokens == 0, "decode", "prefill/mixed")
     return steps
 
 
 def step_summary(steps: pd.DataFrame) -> pd.DataFrame:
-    """Per step kind (decode steps by batch size): how many, total measured and predicted time, bias
-    (and bias had the cost model paid for padded decode contexts)."""
-    key = np.where(steps.kind == "decode", "decode x" + steps.num_decode_tokens.astype(str), steps.kind)
+    """Per step kind (decode steps by batch size, steps with a prefill chunk by sequences): how many,
+    total measured and predicted time, bias (and the line alone's bias)."""
+    key = np.where(steps.kind == "decode", "decode x", "prefill+") + steps.num_seqs.astype(str)
     g = steps.groupby(key, sort=False)
     out = pd.DataFrame({"steps": g.size(), "measured_s": g.step_s.sum(), "predicted_s": g.predicted_s.sum(),
                         "median_rel_error": g.rel_error.median()})
     out["bias"] = out.predicted_s / out.measured_s - 1
-    out["bias_if_padded"] = g.predicted_padded_s.sum() / out.measured_s - 1
+    out["line_bias"] = g.line_s.sum() / out.measured_s - 1
     return out.sort_values("measured_s", ascending=False)
 
 
@@ -289,13 +292,13 @@ def verdicts(table: pd.DataFrame, steps: pd.DataFrame) -> list[Verdict]:
     goal = table[table.metric.str.endswith(("_mean", "_p50")) | table.metric.str.startswith(("throughput", "output"))]
     within = goal[goal.rel_error.abs() <= GOAL]
     misses = goal[goal.rel_error.abs() > GOAL]
-    bias, padded = (steps[col].sum() / steps.step_s.sum() - 1 for col in ("predicted_s", "predicted_padded_s"))
+    bias, line = (steps[col].sum() / steps.step_s.sum() - 1 for col in ("predicted_s", "line_s"))
     ape = steps.rel_error.abs().median()
     text = (f"{len(within)} of {len(goal)} within {GOAL:.0%}"
             + (f"; misses: {', '.join(f'{r.metric} {r.rel_error:+.1%}' for r in misses.itertuples())}" if len(misses)
                else "") + f". On the replay's own {len(steps)} steps the cost model is off by {ape:.1%} (median "
-            f"|error| per step) and {bias:+.1%} in total time ({padded:+.1%} had it charged decode attention for "
-            f"padding every context to the batch's longest, as the CPU kernel does).")
+            f"|error| per step) and {bias:+.1%} in total time (the fitted line alone, without its corrections by "
+            f"number of sequences: {line:+.1%}).")
     claim = (f"The simulator with the engine's profile predicts TTFT, TPOT, E2E (means, p50) and throughput within "
              f"{GOAL:.0%} (Vidur: under 9%)")
     return [Verdict(claim, outcome(not len(misses), partly=len(within) > 0), text)]
@@ -351,6 +354,10 @@ def describe(c: dict, fit: ProfileFit, table: pd.DataFrame, steps: pd.DataFrame)
           f"{c['capacity_req_s_predicted']:.2f} req/s the profile predicts at saturation ({c['offered_req_s']:.2f} "
           f"req/s, the trace's burstiness kept); measured busy {c['measured_busy_fraction']:.0%} of the time")
     print(f"{MODEL}, {c['threads']} thread(s); {fit.cost_model.description}")
+    for kind, corrections in (("decode-only steps by batch size", fit.decode_corrections_s),
+                              ("steps with a prefill chunk by sequences", fit.prefill_corrections_s)):
+        print(f"  added to the line, {kind}: "
+              + (", ".join(f"{n}: {1e3 * v:+.1f} ms" for n, v in corrections.items()) or "nothing"))
     print(f"steps: {c['num_steps']['predicted']} simulated, {c['num_steps']['measured']} run; outside the forward "
           f"{1e3 * c['outside_forward_s_per_step']:.2f} ms a step")
     moved = ", ".join(f"x{v:.3f} ({kind})" for kind, v in c["profile_after_replay_over_before"].items())
@@ -389,7 +396,10 @@ def run(args: argparse.Namespace, setup: Setup) -> int:
         "arrival_span_s": float(workload.arrival_s[-1]),
         "measured_busy_fraction": steps.step_s.sum() / measured.finished_s.max(),
         "profile_fit": {"heldout_mape": fit.heldout_mape, "heldout_max_ape": fit.heldout_max_ape,
-                        "num_samples": fit.num_samples, "coefficients_s": fit.coefficients_s},
+                        "line_heldout_mape": fit.line_heldout_mape, "line_heldout_max_ape": fit.line_heldout_max_ape,
+                        "num_samples": fit.num_samples, "coefficients_s": fit.coefficients_s,
+                        "decode_corrections_s": fit.decode_corrections_s,
+                        "prefill_corrections_s": fit.prefill_corrections_s},
         "replay_wall_s": replay_s, "num_steps": {"predicted": sim.summary()["num_steps"], "measured": len(steps)},
         "step_time_s": {"predicted": float(steps.predicted_s.sum()), "measured": float(steps.step_s.sum()),
                         "median_abs_rel_error": float(steps.rel_error.abs().median())},

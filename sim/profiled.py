@@ -4,12 +4,27 @@ The profile is JSON: {"format": "paged-step-profile/1", "model", "device", "dtyp
 "block_size", "num_threads", "samples": [{"num_prefill_tokens", "prefill_attention_pairs",
 "num_decode_tokens", "decode_context_sum", "num_seqs", "time_s"}, ...]}.
 
-The fit is non-negative least squares of the step time on the features plus an intercept,
-each sample weighted by 1/time so that a 5 ms decode step counts as much as a 500 ms
-prefill (the error that matters is relative). Non-negative, because each feature is work
-that cannot make a step faster; and linear, because it is what the fast path's closed form
-needs (a maximum of such fits would do too). The fit error is measured on held-out samples
-(k-fold cross-validation) and reported with the model.
+The model is a line plus a correction by number of sequences. The line is non-negative least
+squares of the step time on the features plus an intercept, each sample weighted by 1/time so
+that a 5 ms decode step counts as much as a 500 ms prefill (the error that matters is relative).
+Non-negative, because each feature is work that cannot make a step faster.
+
+What a line misses: a matmul's time per row is not constant at a few rows. On a CPU, torch's
+matmul goes row by row below 4 rows, so a decode step of 3 sequences is slower than one of 4 (the
+measured steps go 41, 64, 80, 65 ms for batches 1-4), and in every step the LM head runs one row per
+sequence that samples. No line through batch sizes follows that, so each step also gets a
+correction that depends on its kind and its number of sequences only: one table for decode-only
+steps (by batch size: all the matmuls run that many rows) and one for steps with a prefill chunk
+(by sequences: the LM head's rows; the chunk's rows keep the other matmuls efficient). An entry
+is the mean residual of the line over the profile's steps of that kind and size (weighted by
+1/time^2, as the line's fit), linearly interpolated between measured sizes and held at the
+nearest one outside them, where the line's slope carries on alone. Why by number of sequences and
+nothing finer: within a fast-path window the decode batch is fixed, so each step there is still a
+line in the step index plus a constant, and `decode_lines` stays exact (`sim.window`).
+
+The fit error is measured on held-out samples (k-fold cross-validation) and reported with the
+model, the line alone beside it. The corrections are kept only if they lower that error: a profile
+with one or two samples per size lets them fit the noise.
 """
 from __future__ import annotations
 
@@ -19,18 +34,69 @@ from pathlib import Path
 
 import numpy as np
 
+from .clock import TICKS_PER_S, to_ticks
 from .cost_model import FEATURES, CostModel
 
 PROFILE_FORMAT = "paged-step-profile/1"
 SAMPLE_KEYS = FEATURES[1:]
 
 
+class ProfiledCostModel(CostModel):
+    """A fitted line (one piece) plus a correction by step kind and number of sequences (see the module doc)."""
+
+    __slots__ = ("decode_ticks", "prefill_ticks")
+
+    def __init__(self, coefficients_s: tuple[float, ...], decode_corrections_s: dict[int, float],
+                 prefill_corrections_s: dict[int, float], name: str = "", description: str = "") -> None:
+        super().__init__([coefficients_s], name=name, description=description)
+        # Each table runs from 0 sequences (no correction) to the largest measured size. A correction
+        # never takes a step below one tick: it is at least 1 minus the least the line gives a step of
+        # that kind and size (all features but the sequences at their least, coefficients >= 0).
+        self.decode_ticks = _table(decode_corrections_s, lambda n: self._line_ticks(0, 0, n, 0, n))
+        self.prefill_ticks = _table(prefill_corrections_s, lambda n: self._line_ticks(1, 1, 0, 0, n))
+
+    def _line_ticks(self, *features: int) -> int:
+        return max(sum(c * x for c, x in zip(p, (1, *features), strict=True)) for p in self.pieces)
+
+    def _correction(self, num_prefill_tokens: int, num_seqs: int) -> int:
+        table = self.prefill_ticks if num_prefill_tokens else self.decode_ticks
+        return table[min(num_seqs, len(table) - 1)]
+
+    def step_ticks(self, out) -> int:
+        num_seqs = out.num_decode_tokens + len(out.prefill_requests)
+        return super().step_ticks(out) + self._correction(out.num_prefill_tokens, num_seqs)
+
+    def step_seconds(self, num_prefill_tokens: int = 0, prefill_attention_pairs: int = 0, num_decode_tokens: int = 0,
+                     decode_context_sum: int = 0, num_seqs: int = 0, num_swapped_blocks: int = 0) -> float:
+        ticks = self._line_ticks(num_prefill_tokens, prefill_attention_pairs, num_decode_tokens, decode_context_sum,
+                                 num_seqs) + self.swap_ticks_per_block * num_swapped_blocks
+        return (ticks + self._correction(num_prefill_tokens, num_seqs)) / TICKS_PER_S
+
+    def decode_lines(self, num_seqs: int, context_sum: int) -> list[tuple[int, int]]:
+        correction = self._correction(0, num_seqs)
+        return [(a + correction, b) for a, b in super().decode_lines(num_seqs, context_sum)]
+
+
+def _table(corrections_s: dict[int, float], least_ticks) -> tuple[int, ...]:
+    """Ticks added to a step of n = 0 .. max measured sequences: interpolated between the measured
+    sizes, the nearest one's outside them, and never so negative that a step drops below one tick."""
+    sizes = sorted(corrections_s)
+    values = [corrections_s[n] for n in sizes]
+    return (0, *(max(1 - least_ticks(n), to_ticks(float(np.interp(n, sizes, values))))
+                 for n in range(1, sizes[-1] + 1 if sizes else 1)))
+
+
 @dataclass(slots=True)
 class ProfileFit:
-    cost_model: CostModel
-    coefficients_s: dict[str, float]  # seconds per unit of each feature
+    cost_model: ProfiledCostModel
+    coefficients_s: dict[str, float]  # the line: seconds per unit of each feature
+    decode_corrections_s: dict[int, float]  # decode-only steps: measured batch size -> seconds added to the line
+    prefill_corrections_s: dict[int, float]  # steps with a prefill chunk: measured sequences -> seconds added
+    # (both empty when the corrections did not lower the held-out error)
     heldout_mape: float  # mean |predicted - measured| / measured over held-out samples
     heldout_max_ape: float
+    line_heldout_mape: float  # the same for the line alone (no corrections)
+    line_heldout_max_ape: float
     num_samples: int
 
 
@@ -86,21 +152,47 @@ def read_profile(path: str | Path) -> dict:
     return prof
 
 
+def _fit_model(X: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, dict[int, float], dict[int, float]]:
+    """The line fitted to samples `X` (intercept column first) and times `t`, then the corrections fitted
+    to what it leaves: per step kind (decode-only, with a prefill chunk) and number of sequences, the
+    1/t^2-weighted mean residual."""
+    coef = _fit(X, t)
+    residual, weight = t - X @ coef, 1 / t**2
+    corrections = []
+    for kind in (X[:, 1] == 0, X[:, 1] > 0):
+        sizes, r, w = X[kind, 5].astype(int), residual[kind], weight[kind]
+        corrections.append({int(n): float(np.average(r[sizes == n], weights=w[sizes == n])) for n in np.unique(sizes)})
+    return coef, *corrections
+
+
+def _relative_errors(model: CostModel, X: np.ndarray, t: np.ndarray) -> np.ndarray:
+    predicted = np.array([model.step_seconds(*(int(v) for v in row[1:])) for row in X])
+    return np.abs(predicted - t) / t
+
+
 def fit_profile(path: str | Path, folds: int = 5) -> ProfileFit:
     prof = read_profile(path)
     samples = prof["samples"]
     X = np.array([[1.0, *(s[k] for k in SAMPLE_KEYS)] for s in samples], dtype=np.float64)
     t = np.array([s["time_s"] for s in samples], dtype=np.float64)
     order = np.random.default_rng(0).permutation(len(t))
-    errors = np.empty(len(t))
+    errors, line_errors = np.empty(len(t)), np.empty(len(t))
     k = min(folds, len(t))
     for f in range(k):
         test = order[f::k]
         train = np.setdiff1d(order, test)
-        coef = _fit(X[train], t[train])
-        errors[test] = np.abs(X[test] @ coef - t[test]) / t[test]
-    coef = _fit(X, t)
+        coef, decode, prefill = _fit_model(X[train], t[train])
+        errors[test] = _relative_errors(ProfiledCostModel(tuple(coef), decode, prefill), X[test], t[test])
+        line_errors[test] = _relative_errors(CostModel([tuple(coef)]), X[test], t[test])
+    coef, decode, prefill = _fit_model(X, t)
+    # Corrections fitted to a size or two samples each can fit the noise: kept only if they predict better.
+    if errors.mean() < line_errors.mean():
+        form = "a line plus corrections by number of sequences"
+    else:
+        form, decode, prefill, errors = "a line (corrections by number of sequences did not help)", {}, {}, line_errors
     name = f"profile:{prof.get('model', '?')}@{prof.get('device', '?')}"
-    desc = f"fitted to {len(t)} samples of {path}; held-out error {errors.mean():.1%} mean, {errors.max():.1%} max"
-    return ProfileFit(CostModel([tuple(coef)], name=name, description=desc), dict(zip(FEATURES, coef, strict=True)),
-                      float(errors.mean()), float(errors.max()), len(t))
+    desc = (f"fitted to {len(t)} samples of {path}: {form}; held-out error {errors.mean():.1%} mean, "
+            f"{errors.max():.1%} max (the line alone: {line_errors.mean():.1%}, {line_errors.max():.1%})")
+    return ProfileFit(ProfiledCostModel(tuple(coef), decode, prefill, name, desc),
+                      dict(zip(FEATURES, coef, strict=True)), decode, prefill, float(errors.mean()),
+                      float(errors.max()), float(line_errors.mean()), float(line_errors.max()), len(t))

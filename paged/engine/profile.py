@@ -37,29 +37,55 @@ _PARAMS = SamplingParams(temperature=0.0, max_tokens=1 << 20, ignore_eos=True)
 
 @dataclass(slots=True)
 class ProfileGrid:
-    """The shapes to measure. Decode points whose contexts do not fit in the KV cache are skipped."""
+    """The shapes to measure. Decode points whose contexts do not fit in the KV cache are skipped.
+
+    Every decode batch (alone, or beside a prefill chunk) is measured once per spread in
+    `decode_spreads`: its longest context is the grid's, and the others are evenly spaced down to
+    (1 - spread) times it (`batch_contexts`). Why: in a continuous batch the requests joined at
+    different times, so their contexts differ, and the engine's step time depends on more than the
+    context sum the cost model sees (the CPU attention pads a group of contexts to its longest). A
+    profile of equal contexts only measured a batch the engine hardly ever runs; spreads 0 and 1
+    bracket a real batch, between requests that all started together and one just started beside
+    the oldest.
+    """
 
     prefill_chunks: tuple[int, ...] = (16, 64, 256, 512)
     prefill_contexts: tuple[int, ...] = (0, 512)  # tokens already in the cache (a prefix hit) before the chunk
     decode_batches: tuple[int, ...] = (1, 4, 16, 64)
-    decode_contexts: tuple[int, ...] = (64, 256, 1024, 2048)
+    decode_contexts: tuple[int, ...] = (64, 256, 1024, 2048)  # a decode batch's longest context
     mixed_batches: tuple[int, ...] = (4, 16)  # decode requests beside one prefill chunk
     mixed_chunks: tuple[int, ...] = (64, 256)
     mixed_context: int = 256
     repeats: int = 3  # timed runs of each step (after one warm-up run); the median is kept
+    decode_spreads: tuple[float, ...] = (0.0, 1.0)
 
     def __post_init__(self) -> None:
-        for name in ("prefill_chunks", "decode_batches", "decode_contexts", "mixed_batches", "mixed_chunks"):
+        for name in ("prefill_chunks", "decode_batches", "mixed_batches", "mixed_chunks"):
             values = getattr(self, name)
             if not values or min(values) < 1:
                 raise ValueError(f"ProfileGrid.{name}={values!r}: expected positive integers")
-        if min(self.prefill_contexts, default=0) < 0 or self.repeats < 1 or self.mixed_context < 1:
-            raise ValueError("ProfileGrid: contexts must be >= 0, mixed_context and repeats >= 1")
+        if not self.decode_contexts or min(self.decode_contexts) < 2 or self.mixed_context < 2:
+            raise ValueError(f"ProfileGrid: decode_contexts={self.decode_contexts!r}, mixed_context="
+                             f"{self.mixed_context!r}: expected integers >= 2 (a prompt token and a sampled one)")
+        if min(self.prefill_contexts, default=0) < 0 or self.repeats < 1:
+            raise ValueError("ProfileGrid: prefill_contexts must be >= 0, repeats >= 1")
+        if not self.decode_spreads or not all(0.0 <= s <= 1.0 for s in self.decode_spreads):
+            raise ValueError(f"ProfileGrid.decode_spreads={self.decode_spreads!r}: expected numbers in [0, 1]")
 
     @property
     def max_num_batched_tokens(self) -> int:
         return max(max(self.prefill_chunks), max(self.mixed_chunks) + max(self.mixed_batches),
                    max(self.decode_batches))
+
+    def batch_contexts(self, batch: int, longest: int) -> list[list[int]]:
+        """The contexts of a decode batch of `batch` requests, longest `longest`, for each spread
+        (each distinct batch once: a batch of one has no spread)."""
+        batches = []
+        for spread in self.decode_spreads:
+            contexts = [max(2, round(longest * (1 - spread * i / max(batch - 1, 1)))) for i in range(batch)]
+            if contexts not in batches:
+                batches.append(contexts)
+        return batches
 
 
 class _Profiler:
@@ -109,20 +135,21 @@ class _Profiler:
         sample["time_s"] = statistics.median(times[1:])
         self.samples.append(sample)
 
-    def decoders(self, batch: int, context: int) -> tuple[Scheduler, SchedulerOutput] | None:
-        """A scheduler whose next step decodes `batch` requests at `context` tokens each."""
+    def decoders(self, contexts: list[int]) -> tuple[Scheduler, SchedulerOutput] | None:
+        """A scheduler whose next step decodes one request at each of `contexts` tokens."""
         cache = self.engine.scheduler.cache_config
-        if not self.fits(context + 1, f"decode context {context}"):
+        what = f"decode batch {len(contexts)} x contexts {min(contexts)}..{max(contexts)}"
+        if not self.fits(max(contexts) + 1, what):
             return None
-        if batch * (context // cache.block_size + 2) > cache.num_gpu_blocks:
-            self.skipped.append(f"decode batch {batch} x context {context}: does not fit in the KV cache")
+        if sum(context // cache.block_size + 2 for context in contexts) > cache.num_gpu_blocks:
+            self.skipped.append(f"{what}: does not fit in the KV cache")
             return None
         scheduler = self.scheduler()
-        for _ in range(batch):
+        for context in contexts:
             self.add(scheduler, self.tokens(context - 1))  # prefill, sample one: the next step attends to `context`
         while True:
             out = scheduler.schedule(0.0)
-            if not out.prefill_requests and len(out.decode_requests) == batch:
+            if not out.prefill_requests and len(out.decode_requests) == len(contexts):
                 return scheduler, out
             self.skip_step(scheduler, out)
 
@@ -150,17 +177,21 @@ class _Profiler:
                 self.measure(scheduler, scheduler.schedule(0.0))
         for batch in grid.decode_batches:
             for context in grid.decode_contexts:
-                made = self.decoders(batch, context)
-                if made is not None:
-                    self.measure(*made)
+                for contexts in grid.batch_contexts(batch, context):
+                    made = self.decoders(contexts)
+                    if made is not None:
+                        self.measure(*made)
         for batch in grid.mixed_batches:
             for chunk in grid.mixed_chunks:
-                made = self.decoders(batch, grid.mixed_context) if self.fits(chunk, f"chunk {chunk}") else None
-                if made is not None:
-                    scheduler, out = made
-                    self.skip_step(scheduler, out)
-                    self.add(scheduler, self.tokens(chunk))
-                    self.measure(scheduler, scheduler.schedule(0.0))
+                if not self.fits(chunk, f"chunk {chunk}"):
+                    continue
+                for contexts in grid.batch_contexts(batch, grid.mixed_context):
+                    made = self.decoders(contexts)
+                    if made is not None:
+                        scheduler, out = made
+                        self.skip_step(scheduler, out)
+                        self.add(scheduler, self.tokens(chunk))
+                        self.measure(scheduler, scheduler.schedule(0.0))
 
 
 def profile(engine: LLMEngine, grid: ProfileGrid | None = None, log=sys.stderr) -> dict:

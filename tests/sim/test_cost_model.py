@@ -1,13 +1,20 @@
 """Roofline, memory plan and profiled cost model: sanity against known figures."""
 import json
 import random
+from dataclasses import replace
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
 
 from paged.outputs import SchedulerOutput
-from sim import fit_profile, get_hardware, get_model, plan_kv_cache, roofline_cost_model
+from sim import fit_profile, get_hardware, get_model, plan_kv_cache, roofline_cost_model, simulate
+from sim.clock import TICKS_PER_S
+from sim.profiled import ProfiledCostModel
 from sim.window import envelope, span
+
+from .strategies import sim_configs, workloads
+from .test_fast_path import assert_identical
 
 
 def step(cm, **kw) -> float:
@@ -77,16 +84,18 @@ def test_decode_lines_agree_with_step_ticks(model):
         assert span(envelope(lines), k) == total
 
 
-def write_profile(path, coef, n=200, noise=0.02, seed=0):
+def write_profile(path, coef, n=200, noise=0.02, seed=0, decode_bump_s=None, batches=128):
+    """A profile of random steps timed by the line `coef`, plus `decode_bump_s[batch]` on decode-only steps."""
     rng = np.random.default_rng(seed)
     samples = []
     for _ in range(n):
         p = int(rng.integers(0, 2048)) if rng.random() < 0.5 else 0
-        d = int(rng.integers(0 if p else 1, 128))
+        d = int(rng.integers(0 if p else 1, batches))
         ctx = d * int(rng.integers(16, 2048))
         pairs = p * (p + 1) // 2
         x = np.array([1, p, pairs, d, ctx, d + (1 if p else 0)], dtype=float)
-        t = float(x @ coef) * (1 + noise * rng.standard_normal())
+        bump = (decode_bump_s or {}).get(d, 0.0) if not p else 0.0
+        t = (float(x @ coef) + bump) * (1 + noise * rng.standard_normal())
         samples.append(dict(num_prefill_tokens=p, prefill_attention_pairs=pairs, num_decode_tokens=d,
                             decode_context_sum=ctx, num_seqs=int(x[5]), time_s=t))
     path.write_text(json.dumps({"format": "paged-step-profile/1", "model": "smollm2-135m", "device": "cpu",
@@ -103,6 +112,57 @@ def test_profiled_model_recovers_coefficients(tmp_path):
     assert np.all(got >= 0)
     assert got[0] == pytest.approx(coef[0], rel=0.1) and got[1] == pytest.approx(coef[1], rel=0.1)
     assert "held-out error" in fit.cost_model.description
+    # Nothing for the corrections to find but noise (a sample or two per size): the line is kept alone.
+    assert fit.decode_corrections_s == fit.prefill_corrections_s == {}
+    assert fit.heldout_mape == fit.line_heldout_mape and "did not help" in fit.cost_model.description
+
+
+# What this CPU's matmuls do at a few rows (decode 41, 64, 80, 65 ms at batches 1-4): a line cannot follow it.
+BUMPS = {1: -0.010, 2: 0.010, 3: 0.025}
+
+
+def test_corrections_follow_what_the_line_cannot(tmp_path):
+    coef = np.array([0.045, 2e-3, 1e-9, 3e-3, 5e-6, 0.0])
+    p = tmp_path / "prof.json"
+    write_profile(p, coef, n=300, decode_bump_s=BUMPS, batches=17)
+    fit = fit_profile(p)
+    assert fit.heldout_mape < min(0.03, 0.6 * fit.line_heldout_mape)  # the line alone misses the bumps
+    for batch in range(1, 17):
+        expected = coef @ [1, 0, 0, batch, 1000 * batch, batch] + BUMPS.get(batch, 0.0)
+        got = fit.cost_model.step_seconds(num_decode_tokens=batch, decode_context_sum=1000 * batch, num_seqs=batch)
+        assert got == pytest.approx(expected, rel=0.03), batch
+    # beyond the largest measured batch the line's slope carries on, with the last correction held
+    big = fit.cost_model.step_seconds(num_decode_tokens=64, decode_context_sum=6400, num_seqs=64)
+    assert big == pytest.approx(coef @ [1, 0, 0, 64, 6400, 64], rel=0.05)
+
+
+def test_a_correction_never_takes_a_step_below_one_tick():
+    cm = ProfiledCostModel((0.01, 0, 0, 0.001, 0, 0), {1: -1.0, 4: 0.002}, {1: -1.0})
+    assert cm.step_seconds(num_decode_tokens=1, num_seqs=1) == 1 / TICKS_PER_S
+    assert cm.step_seconds(num_prefill_tokens=1, prefill_attention_pairs=1, num_seqs=1) == 1 / TICKS_PER_S
+    assert cm.step_seconds(num_decode_tokens=4, num_seqs=4) == pytest.approx(0.016)
+    assert cm.step_seconds(num_decode_tokens=2, num_seqs=2) > 0  # interpolated from 1 and 4, then held at 1 tick
+
+
+def test_profiled_decode_lines_agree_with_step_ticks():
+    cm = ProfiledCostModel((0.04, 2e-3, 1e-9, 3e-3, 5e-6, 1e-4), {1: -0.009, 2: 0.01, 3: 0.023, 8: -0.002}, {})
+    rng = random.Random(0)
+    for _ in range(200):
+        B, ctx, k = rng.randint(1, 40), rng.randint(1, 10**5), rng.randint(1, 64)
+        reqs = [None] * B
+        total = sum(cm.step_ticks(SchedulerOutput(reqs, [], [], num_decode_tokens=B, decode_context_sum=ctx + j * B))
+                    for j in range(k))
+        assert span(envelope(cm.decode_lines(B, ctx)), k) == total
+
+
+@settings(max_examples=settings().max_examples * 2)
+@given(workloads(), sim_configs())
+def test_fast_path_is_exact_with_corrections(workload, config):
+    """The corrections depend on the number of sequences only, fixed within a window: still exact."""
+    cm = ProfiledCostModel((0.004, 2e-5, 1e-9, 1e-3, 1e-7, 1e-4), {1: -0.003, 2: 0.002, 3: 0.005, 5: -0.001},
+                           {1: 0.001, 2: 0.004, 4: -0.002})
+    fast, step = (simulate(workload, replace(config, cost_model=cm, fast_path=f)) for f in (True, False))
+    assert_identical(fast, step)
 
 
 def test_bad_profiles(tmp_path):

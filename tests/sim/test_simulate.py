@@ -155,7 +155,6 @@ def test_inter_token_latencies_count_the_gaps_of_preempted_requests():
 
 def test_longest_inter_token_latency_per_request():
     """Between its mean (TPOT) and its whole decode span (the fast-path tests check it is exact)."""
-    import numpy as np
 
     from sim import SimConfig, load_workload, simulate
 
