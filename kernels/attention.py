@@ -289,6 +289,10 @@ def paged_attention(
         return out
     if query.stride(-1) != 1:
         query = query.contiguous()
+    # The kernel walks these small index tensors as packed arrays: a strided view (a slice,
+    # a transpose) would be read wrong. Copying them costs nothing next to the attention.
+    block_table, seq_lens = block_table.contiguous(), seq_lens.contiguous()
+    query_start_loc = query_start_loc.contiguous()
 
     decode_only = num_tokens == num_seqs
     tiles = TileShape.choose(decode_only, queries_per_kv, head_dim, query.dtype, device)

@@ -86,6 +86,7 @@ def reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, k_scale=
     if num_tokens == 0:
         return
     launch = _write_slots_kernel.on(key.device)
+    slot_mapping = slot_mapping.contiguous()  # read as a packed array
     for new, cache, cache_scale in ((key, key_cache, k_scale), (value, value_cache, v_scale)):
         launch[(num_tokens,)](
             new,

@@ -8,6 +8,8 @@ slots) read small metadata tensors back to the host, a few synchronisations per 
 the price of never having to debug silent garbage. (Benchmarks time the kernels behind them.)
 """
 
+import math
+
 import torch
 
 ATTENTION_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -61,6 +63,8 @@ def check_kv_cache(key_cache, value_cache, k_scale, v_scale, like: tuple | None 
     _check_shape("value_cache", value_cache, key_cache.shape)
     _check_contiguous("key_cache", key_cache)
     _check_contiguous("value_cache", value_cache)
+    if 0 in key_cache.shape[1:]:
+        _fail("key_cache", f"block_size, num_kv_heads and head_dim must be >= 1, got shape {tuple(key_cache.shape)}")
     quantized = key_cache.dtype == torch.int8
     for scale_name, cache_scale in (("k_scale", k_scale), ("v_scale", v_scale)):
         if not quantized:
@@ -85,8 +89,8 @@ def check_paged_attention(
     num_blocks, block_size, num_kv_heads, _ = key_cache.shape
     if num_kv_heads == 0 or num_heads % num_kv_heads != 0:
         _fail("query", f"num_heads {num_heads} is not a multiple of the cache's num_kv_heads {num_kv_heads}")
-    if not isinstance(scale, (int, float)) or isinstance(scale, bool) or not (scale == scale):
-        _fail("scale", f"expected a real number, got {scale!r}")
+    if not isinstance(scale, (int, float)) or isinstance(scale, bool) or not math.isfinite(scale):
+        _fail("scale", f"expected a finite real number, got {scale!r}")
     if out is not None:
         _check_tensor("out", out, ndim=3, dtypes=(query.dtype,), like=like)
         _check_shape("out", out, query.shape)

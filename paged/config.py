@@ -14,6 +14,11 @@ if TYPE_CHECKING:
 PREEMPTION_MODES = ("recompute", "swap")
 
 
+def is_int(value) -> bool:
+    """An integer, and not a bool (True is an int to Python, never a block count to us)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def _require(ok: bool, owner: str, field: str, value, expected: str) -> None:
     if not ok:
         raise ValueError(f"{owner}.{field}={value!r}: expected {expected}")
@@ -37,13 +42,14 @@ class CacheConfig:
 
     def __post_init__(self) -> None:
         bs = self.block_size
-        _require(isinstance(bs, int) and bs > 0 and bs & (bs - 1) == 0,
+        _require(is_int(bs) and bs > 0 and bs & (bs - 1) == 0,
                  "CacheConfig", "block_size", bs, "a power of two >= 1")
-        _require(isinstance(self.num_gpu_blocks, int) and self.num_gpu_blocks > 0,
+        _require(is_int(self.num_gpu_blocks) and self.num_gpu_blocks > 0,
                  "CacheConfig", "num_gpu_blocks", self.num_gpu_blocks, "an integer >= 1")
-        _require(isinstance(self.num_cpu_blocks, int) and self.num_cpu_blocks >= 0,
+        _require(is_int(self.num_cpu_blocks) and self.num_cpu_blocks >= 0,
                  "CacheConfig", "num_cpu_blocks", self.num_cpu_blocks, "an integer >= 0")
-        _require(0.0 <= self.watermark < 1.0, "CacheConfig", "watermark", self.watermark, "a value in [0, 1)")
+        _require(isinstance(self.watermark, (int, float)) and not isinstance(self.watermark, bool)
+                 and 0.0 <= self.watermark < 1.0, "CacheConfig", "watermark", self.watermark, "a value in [0, 1)")
 
     @property
     def watermark_blocks(self) -> int:
@@ -73,12 +79,12 @@ class SchedulerConfig:
     def __post_init__(self) -> None:
         from .policies import POLICIES, Policy  # policies import the request module only
 
-        _require(isinstance(self.max_num_seqs, int) and self.max_num_seqs >= 1,
+        _require(is_int(self.max_num_seqs) and self.max_num_seqs >= 1,
                  "SchedulerConfig", "max_num_seqs", self.max_num_seqs, "an integer >= 1")
-        _require(isinstance(self.max_model_len, int) and self.max_model_len >= 1,
+        _require(is_int(self.max_model_len) and self.max_model_len >= 1,
                  "SchedulerConfig", "max_model_len", self.max_model_len, "an integer >= 1")
         # Every running sequence decodes one token a step, so the budget must cover them all.
-        _require(isinstance(self.max_num_batched_tokens, int)
+        _require(is_int(self.max_num_batched_tokens)
                  and self.max_num_batched_tokens >= self.max_num_seqs,
                  "SchedulerConfig", "max_num_batched_tokens", self.max_num_batched_tokens,
                  f">= max_num_seqs ({self.max_num_seqs})")
@@ -87,7 +93,7 @@ class SchedulerConfig:
             _require(self.max_num_batched_tokens >= self.max_model_len,
                      "SchedulerConfig", "max_num_batched_tokens", self.max_num_batched_tokens,
                      f">= max_model_len ({self.max_model_len}) when chunked prefill is disabled")
-        _require(isinstance(self.long_prefill_token_threshold, int) and self.long_prefill_token_threshold >= 0,
+        _require(is_int(self.long_prefill_token_threshold) and self.long_prefill_token_threshold >= 0,
                  "SchedulerConfig", "long_prefill_token_threshold", self.long_prefill_token_threshold,
                  "an integer >= 0 (0 = no cap)")
         _require(isinstance(self.policy, Policy) or self.policy in POLICIES, "SchedulerConfig", "policy",

@@ -11,6 +11,8 @@ import enum
 import math
 from dataclasses import dataclass, field
 
+from .config import is_int
+
 
 class RequestStatus(enum.IntEnum):
     WAITING = 0
@@ -54,8 +56,9 @@ class SamplingParams:
         if self.stop_token_ids is None:
             self.stop_token_ids = []
 
-        def integer(x) -> bool:
-            return isinstance(x, int) and not isinstance(x, bool)
+        integer = is_int
+        if self.top_k == -1:  # vLLM's spelling of "off", as 0 is here
+            self.top_k = 0
 
         def number(x) -> bool:
             return isinstance(x, (int, float)) and not isinstance(x, bool)
@@ -63,7 +66,7 @@ class SamplingParams:
         checks = [
             (integer(self.max_tokens) and self.max_tokens >= 1, "max_tokens", "an integer >= 1"),
             (number(self.temperature) and self.temperature >= 0.0, "temperature", "a number >= 0"),
-            (integer(self.top_k) and self.top_k >= 0, "top_k", "an integer >= 0 (0 = off)"),
+            (integer(self.top_k) and self.top_k >= 0, "top_k", "an integer >= 0 (0 or -1 = off)"),
             (number(self.top_p) and 0.0 < self.top_p <= 1.0, "top_p", "a number in (0, 1]"),
             (integer(self.n) and self.n >= 1, "n", "an integer >= 1"),
             # a per-sequence generator is seeded with seed + its index: keep it in torch's range
@@ -120,6 +123,8 @@ class Request:
                 raise ValueError(f"request {request_id}: num_prompt_tokens={num_prompt_tokens} "
                                  f"but {len(prompt_token_ids)} prompt token ids were given")
             num_prompt_tokens = len(prompt_token_ids)
+        if num_prompt_tokens is not None and not is_int(num_prompt_tokens):
+            raise ValueError(f"request {request_id}: num_prompt_tokens={num_prompt_tokens!r}: expected an integer")
         if not num_prompt_tokens or num_prompt_tokens < 1:
             raise ValueError(f"request {request_id}: empty prompt (num_prompt_tokens={num_prompt_tokens!r}); "
                              "expected at least one token")

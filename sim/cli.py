@@ -46,7 +46,13 @@ def _add_sim_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--max-model-len", type=int, default=d.max_model_len, help="default: the model's context")
     g.add_argument("--no-chunked-prefill", dest="enable_chunked_prefill", action="store_false")
     g.add_argument("--long-prefill-token-threshold", type=int, default=d.long_prefill_token_threshold)
-    g.add_argument("--policy", default=d.policy, help="fcfs | priority | sjf | edf | lpm")
+    g.add_argument("--policy", default=d.policy,
+                   help="fcfs | priority | sjf | edf | lpm. priority reads the trace's optional priority and "
+                        "business_value columns; edf serves by deadline: the trace's slo_s column, else "
+                        "arrival + --slo-ttft-s + --slo-tpot-s * (output tokens - 1); sjf ranks by prompt + "
+                        "max_tokens, which on a trace is the true output length (an oracle)")
+    g.add_argument("--priority-weights", type=_weights, default=d.priority_weights, metavar="A,B,C",
+                   help="priority's P = A*wait_time + B*expected_tokens + C*business_value (default 1,0,1)")
     g.add_argument("--preemption", default=d.preemption, choices=("recompute", "swap"))
     g.add_argument("--static-batching", action="store_true", help="the traditional baseline instead of paging")
     g.add_argument("--static-batch-size", type=int, default=d.static_batch_size)
@@ -61,6 +67,14 @@ def _add_sim_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("simulator")
     g.add_argument("--no-fast-path", dest="fast_path", action="store_false", help="step one iteration at a time")
     g.add_argument("--timeseries-interval-s", type=float, default=None)
+
+
+def _weights(text: str) -> tuple[float, float, float]:
+    try:
+        a, b, c = (float(x) for x in str(text).split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected three numbers A,B,C") from None
+    return a, b, c
 
 
 def _add_workload_options(p: argparse.ArgumentParser, trace_default=None) -> None:
@@ -119,8 +133,13 @@ def _load_yaml(path: str, parser: argparse.ArgumentParser, run: argparse.Argumen
                argv: list[str]) -> argparse.Namespace:
     import yaml
 
-    with open(path, encoding="utf-8") as f:
-        cfg = yaml.safe_load(f) or {}
+    try:
+        with open(path, encoding="utf-8") as f:
+            cfg = yaml.safe_load(f) or {}
+    except OSError as e:
+        raise SystemExit(f"{path}: cannot read the config file: {e.strerror}") from None
+    except yaml.YAMLError as e:
+        raise SystemExit(f"{path}: not valid YAML: {e}") from None
     if not isinstance(cfg, dict):
         raise SystemExit(f"{path}: expected a mapping of option names to values")
     known = set(SimConfig.field_names()) | set(WORKLOAD_KEYS) | set(OUTPUT_KEYS)
@@ -142,10 +161,18 @@ def _yaml_value(path: str, key: str, value, run: argparse.ArgumentParser):
         if not isinstance(value, bool):
             raise SystemExit(f"{path}: {key}={value!r}: expected true or false")
         return value
-    if value is not None and action.type is not None and not isinstance(value, action.type):
+    if value is None:
+        if action.default is not None:
+            raise SystemExit(f"{path}: {key}=null: expected a value (the default is {action.default!r})")
+        return value
+    if action.type is _weights and isinstance(value, list):
+        value = ",".join(str(x) for x in value)
+    if action.type is int and isinstance(value, float):
+        raise SystemExit(f"{path}: {key}={value!r}: expected an integer")
+    if action.type is not None and not (isinstance(action.type, type) and isinstance(value, action.type)):
         try:
             value = action.type(value)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, argparse.ArgumentTypeError):
             raise SystemExit(f"{path}: {key}={value!r}: expected a value of type {action.type.__name__}") from None
     if action.choices is not None and value not in action.choices:
         raise SystemExit(f"{path}: {key}={value!r}: expected one of {list(action.choices)}")
@@ -181,6 +208,12 @@ def cmd_run(args: argparse.Namespace) -> int:
                              duration_s=args.duration_s, time_scale=args.time_scale, arrival=args.arrival,
                              rate=args.rate, cv=args.cv, seed=args.seed,
                              max_model_len=max_len if args.cap_lengths else None)
+    if config.policy == "edf" and workload.deadline_s is None:
+        if args.slo_ttft_s is None and args.slo_tpot_s is None:
+            raise ValueError(f"policy edf needs deadlines, and {args.trace} has no slo_s column: give --slo-ttft-s "
+                             "and/or --slo-tpot-s (deadline = arrival + TTFT + TPOT * (output tokens - 1))")
+        workload = workload.with_slo_deadlines(*(math.inf if v is None else v
+                                                 for v in (args.slo_ttft_s, args.slo_tpot_s)))
     if args.progress_bar and len(workload) >= 20_000:
         config.progress = True
     result = simulate(workload, config)
@@ -256,9 +289,9 @@ def main(argv: list[str] | None = None) -> int:
         return bench_main(argv[1:])
     parser, run = build_parser()
     args = parser.parse_args(argv)
-    if getattr(args, "config", None):
-        args = _load_yaml(args.config, parser, run, argv)
     try:
+        if getattr(args, "config", None):
+            args = _load_yaml(args.config, parser, run, argv)
         return {"run": cmd_run, "demo": cmd_demo, "fit": cmd_fit, "list": cmd_list}[args.command](args)
     except (ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)

@@ -16,6 +16,9 @@ from simpy.core import URGENT
 from simpy.events import Timeout
 
 TICKS_PER_S = 10**12
+# Arrivals are held as int64 ticks: a trace may span half the range (53 days), leaving the
+# other half for the work still running after its last arrival.
+MAX_TRACE_SPAN_S = 2**62 / TICKS_PER_S
 
 
 def to_ticks(seconds: float) -> int:

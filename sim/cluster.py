@@ -13,7 +13,7 @@ import simpy
 from paged.request import Request, SamplingParams
 from paged.scheduler_base import BaseScheduler
 
-from .clock import TICKS_PER_S, UrgentTimeout
+from .clock import MAX_TRACE_SPAN_S, TICKS_PER_S, UrgentTimeout
 from .cost_model import CostModel
 from .engine import Replica
 from .recorder import RequestLog, TimeSeries
@@ -27,6 +27,11 @@ class Cluster:
         self.workload = workload
         self.router = router
         self.progress = progress  # a tqdm bar, or None
+        span = float(workload.arrival_s[-1] - workload.arrival_s[0]) if len(workload) else 0.0
+        if not span < MAX_TRACE_SPAN_S:
+            raise ValueError(f"workload {workload.name!r} spans {span:.4g} s of arrivals: the simulator's clock "
+                             f"holds at most {MAX_TRACE_SPAN_S:.4g} s (are the timestamps in the unit the format "
+                             "expects?)")
         self.arrival_ticks = np.round(workload.arrival_s * TICKS_PER_S).astype(np.int64)
         self.num_requests = len(workload)
         self.next_index = 0

@@ -6,8 +6,10 @@ be carried from the simulator to a real deployment unchanged.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields
 
+from paged.config import is_int
 from paged.policies import Policy
 from paged.static_batching import RESERVE_MODES
 
@@ -39,6 +41,7 @@ class SimConfig:
     enable_chunked_prefill: bool = True
     long_prefill_token_threshold: int = 0
     policy: str | Policy = "fcfs"
+    priority_weights: tuple[float, float, float] | None = None  # (a, b, c) of the priority policy; None: its own
     preemption: str = "recompute"
     # the traditional baseline: fixed batches of static_batch_size, launched when full or after batch_timeout_s
     static_batching: bool = False
@@ -63,15 +66,24 @@ class SimConfig:
             if not ok:
                 raise ValueError(f"SimConfig.{name}={getattr(self, name)!r}: expected {expected}")
 
-        require(isinstance(self.tp, int) and self.tp >= 1, "tp", "an integer >= 1")
-        require(isinstance(self.replicas, int) and self.replicas >= 1, "replicas", "an integer >= 1")
+        require(is_int(self.tp) and self.tp >= 1, "tp", "an integer >= 1")
+        require(is_int(self.replicas) and self.replicas >= 1, "replicas", "an integer >= 1")
+        # checked here as well as by CacheConfig: the memory plan divides by it first
+        bs = self.block_size
+        require(is_int(bs) and bs >= 1 and bs & (bs - 1) == 0, "block_size", "a power of two >= 1")
         require(self.router in ROUTERS, "router", f"one of {list(ROUTERS)}")
-        require(self.num_gpu_blocks is None or self.num_gpu_blocks >= 1, "num_gpu_blocks", "None or >= 1")
+        require(self.num_gpu_blocks is None or (is_int(self.num_gpu_blocks) and self.num_gpu_blocks >= 1),
+                "num_gpu_blocks", "None or an integer >= 1")
         require(self.swap_space_gib >= 0, "swap_space_gib", ">= 0")
-        require(self.max_model_len is None or self.max_model_len >= 2, "max_model_len", "None or >= 2")
-        require(isinstance(self.static_batch_size, int) and self.static_batch_size >= 1, "static_batch_size",
+        require(self.max_model_len is None or (is_int(self.max_model_len) and self.max_model_len >= 2),
+                "max_model_len", "None or an integer >= 2")
+        require(is_int(self.static_batch_size) and self.static_batch_size >= 1, "static_batch_size",
                 "an integer >= 1")
         require(self.batch_timeout_s >= 0, "batch_timeout_s", ">= 0")
+        w = self.priority_weights
+        require(w is None or (self.policy == "priority" and len(w) == 3
+                              and all(isinstance(x, (int, float)) and math.isfinite(x) for x in w)),
+                "priority_weights", "three finite numbers (a, b, c), with policy 'priority'")
         require(self.static_reserve in RESERVE_MODES, "static_reserve", f"one of {list(RESERVE_MODES)}")
         require(0 < self.mfu_efficiency <= 1, "mfu_efficiency", "a value in (0, 1]")
         require(0 < self.bandwidth_efficiency <= 1, "bandwidth_efficiency", "a value in (0, 1]")

@@ -73,7 +73,13 @@ class SimResult:
 
     @property
     def requests(self):
-        """One row per request of the workload (pandas DataFrame)."""
+        """One row per request of the workload (pandas DataFrame).
+
+        Inter-token latencies: a request's mean ITL is its `tpot_s` (vLLM's definition, (E2E -
+        TTFT) / (tokens - 1)), its longest is `max_itl_s` (a preemption stall shows there).
+        Every ITL of every request is not kept one by one: at ~200 tokens a request, a
+        million-request trace would hold 200M floats. Their distribution over all tokens is
+        the summary's `itl_s` (a log-binned histogram, filled exactly under the fast path)."""
         if self._requests is None:
             import pandas as pd
 

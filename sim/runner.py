@@ -10,6 +10,7 @@ import numpy as np
 import simpy
 
 from paged.config import CacheConfig, SchedulerConfig
+from paged.policies import Priority
 from paged.scheduler import Scheduler
 from paged.static_batching import StaticBatchScheduler
 
@@ -61,7 +62,7 @@ def build_scheduler_config(config: SimConfig) -> SchedulerConfig:
         max_model_len=config.max_model_len or get_model(config.model).max_model_len,
         enable_chunked_prefill=config.enable_chunked_prefill,
         long_prefill_token_threshold=config.long_prefill_token_threshold,
-        policy=config.policy,
+        policy=config.policy if (w := config.priority_weights) is None else Priority(a=w[0], b=w[1], c=w[2]),
         preemption_mode=config.preemption,
     )
 

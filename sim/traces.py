@@ -5,16 +5,27 @@ and the value. Formats (see traces/README.md):
 - vidur:    `arrived_at,num_prefill_tokens,num_decode_tokens` (seconds)
 - mooncake: JSON lines with `timestamp` (ms), `input_length`, `output_length`, `hash_ids`
 - lengths:  `num_prefill_tokens,num_decode_tokens` (no arrival times: arrivals are synthetic)
+
+A file whose name ends in .gz is read through gzip.
+
+Any format may carry what the scheduling policies read, as optional columns (or JSON keys):
+`priority` (an integer, lower is more urgent, as vLLM's), `business_value` (a number, the
+article's c-term) and `slo_s` (seconds after arrival by which the request should finish: the
+deadline `edf` serves by).
 """
 from __future__ import annotations
 
+import gzip
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 FORMATS = ("azure", "vidur", "mooncake", "lengths")
+OPTIONAL_COLUMNS = ("priority", "business_value", "slo_s")
+MAX_LENGTH = 2**31 - 1  # tokens: beyond this a length is a unit mistake, and int32 columns would wrap
 _CSV_COLUMNS = {
     "azure": ("TIMESTAMP", "ContextTokens", "GeneratedTokens"),
     "vidur": ("arrived_at", "num_prefill_tokens", "num_decode_tokens"),
@@ -32,14 +43,22 @@ class TraceColumns:
     num_prompt_tokens: np.ndarray
     num_output_tokens: np.ndarray
     hash_ids: list[list[int]] | None = None  # mooncake: prefix block ids per request
+    priority: np.ndarray | None = None  # the OPTIONAL_COLUMNS, None when the trace has none
+    business_value: np.ndarray | None = None
+    slo_s: np.ndarray | None = None
 
 
 def detect_format(path: str | Path) -> str:
     path = Path(path)
-    if path.suffix in (".jsonl", ".json"):
+    if path.name.removesuffix(".gz").endswith((".jsonl", ".json")):
         return "mooncake"
-    with open(path, encoding="utf-8") as f:
-        header = [c.strip() for c in f.readline().strip().split(",")]
+    try:
+        with _open_text(path) as f:
+            header = [c.strip() for c in f.readline().strip().split(",")]
+    except UnicodeDecodeError as e:
+        raise _decode_error(path, e) from None
+    except (OSError, EOFError) as e:  # gzip's errors on a file that only looks compressed
+        raise TraceError(f"{path}: cannot read the trace: {e}") from None
     for fmt in ("azure", "vidur", "lengths"):
         if all(c in header for c in _CSV_COLUMNS[fmt]):
             return fmt
@@ -49,6 +68,8 @@ def detect_format(path: str | Path) -> str:
 
 def read_trace(path: str | Path, fmt: str = "auto") -> TraceColumns:
     path = Path(path)
+    if path.is_dir():
+        raise TraceError(f"trace {path} is a directory: expected a trace file")
     if not path.is_file():
         raise FileNotFoundError(f"trace file {path} does not exist")
     if fmt == "auto":
@@ -60,6 +81,19 @@ def read_trace(path: str | Path, fmt: str = "auto") -> TraceColumns:
     return _read_csv(path, fmt)
 
 
+def _open_text(path: Path):
+    """The file as text, gzip-compressed when its name ends in .gz; a byte-order mark (as
+    spreadsheet programs write) is not part of the header."""
+    if path.suffix == ".gz":
+        return gzip.open(path, "rt", encoding="utf-8-sig")
+    return open(path, encoding="utf-8-sig")
+
+
+def _decode_error(path: Path, e: UnicodeDecodeError) -> TraceError:
+    return TraceError(f"{path}: byte {e.start} is not UTF-8 text ({e.reason}): expected a CSV or JSON-lines "
+                      "trace, plain or gzip-compressed (.gz)")
+
+
 def _fail(path: Path, row: int, column: str, value, expected: str) -> TraceError:
     # Row 0 is on line 2, under the header.
     return TraceError(f"{path}, line {row + 2}: {column}={value!r}: expected {expected}")
@@ -69,11 +103,37 @@ def _lengths(path: Path, raw, column: str) -> np.ndarray:
     import pandas as pd
 
     values = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=np.float64)
-    bad = ~(np.isfinite(values) & (values >= 1) & (values == np.floor(values)))
+    bad = ~(np.isfinite(values) & (values >= 1) & (values <= MAX_LENGTH) & (values == np.floor(values)))
     if bad.any():
         i = int(np.argmax(bad))
-        raise _fail(path, i, column, raw.iloc[i], "a whole number of tokens >= 1")
+        raise _fail(path, i, column, raw.iloc[i], f"a whole number of tokens in [1, {MAX_LENGTH}]")
     return values.astype(np.int64)
+
+
+def _optional(path: Path, df, column: str) -> np.ndarray | None:
+    """An optional column's values (see OPTIONAL_COLUMNS), checked row by row."""
+    import pandas as pd
+
+    if column not in df.columns:
+        return None
+    raw = df[column]
+    values = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=np.float64)
+    for i, v in enumerate(values):
+        expected = _check_optional(column, v)
+        if expected:
+            raise _fail(path, i, column, raw.iloc[i], expected)
+    return values.astype(np.int64) if column == "priority" else values
+
+
+def _check_optional(column: str, v: float) -> str | None:
+    """What an optional column's value should have been, or None when it is fine."""
+    if column == "priority" and not (np.isfinite(v) and v == np.floor(v) and abs(v) < 2**31):
+        return "a whole number (lower is more urgent)"
+    if column == "business_value" and not np.isfinite(v):
+        return "a finite number"
+    if column == "slo_s" and not (np.isfinite(v) and v > 0):
+        return "seconds after arrival > 0"
+    return None
 
 
 def _read_csv(path: Path, fmt: str) -> TraceColumns:
@@ -81,9 +141,14 @@ def _read_csv(path: Path, fmt: str) -> TraceColumns:
 
     columns = _CSV_COLUMNS[fmt]
     try:
-        df = pd.read_csv(path, dtype=str, keep_default_na=False, skip_blank_lines=False, index_col=False)
+        df = pd.read_csv(path, dtype=str, keep_default_na=False, skip_blank_lines=False, index_col=False,
+                         encoding="utf-8-sig")
     except pd.errors.ParserError as e:
         raise TraceError(f"{path}: {e}") from None
+    except UnicodeDecodeError as e:
+        raise _decode_error(path, e) from None
+    except (OSError, EOFError) as e:
+        raise TraceError(f"{path}: cannot read the trace: {e}") from None
     df.columns = [str(c).strip() for c in df.columns]  # as detect_format reads the header
     # Blank lines are kept so that row i is line i + 2; only trailing ones (an editor's final
     # newlines) are dropped.
@@ -102,7 +167,7 @@ def _read_csv(path: Path, fmt: str) -> TraceColumns:
     arrival = None
     if fmt == "azure":
         raw = df["TIMESTAMP"]
-        ts = pd.to_datetime(raw, format="%Y-%m-%d %H:%M:%S.%f", errors="coerce")
+        ts = pd.to_datetime(raw, format="ISO8601", errors="coerce")
         if ts.isna().any():
             i = int(np.argmax(ts.isna().to_numpy()))
             raise _fail(path, i, "TIMESTAMP", raw.iloc[i], "a datetime like 2023-11-16 18:15:46.6805900")
@@ -119,7 +184,8 @@ def _read_csv(path: Path, fmt: str) -> TraceColumns:
     if arrival is not None:
         _check_order(path, arrival, df[time_col])
     prompt_col, output_col = columns[-2:]
-    return TraceColumns(arrival, _lengths(path, df[prompt_col], prompt_col), _lengths(path, df[output_col], output_col))
+    return TraceColumns(arrival, _lengths(path, df[prompt_col], prompt_col), _lengths(path, df[output_col], output_col),
+                        **{c: _optional(path, df, c) for c in OPTIONAL_COLUMNS})
 
 
 def _check_order(path: Path, arrival: np.ndarray, raw, row_offset: int = 0) -> None:
@@ -132,34 +198,59 @@ def _check_order(path: Path, arrival: np.ndarray, raw, row_offset: int = 0) -> N
 
 def _read_mooncake(path: Path) -> TraceColumns:
     times, prompts, outputs, ids = [], [], [], []
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise TraceError(f"{path}, line {lineno}: not valid JSON ({e.msg}): {line.strip()[:80]!r}") from None
-            if not isinstance(rec, dict):
-                raise TraceError(f"{path}, line {lineno}: expected a JSON object, got {line.strip()[:80]!r}")
-            for key in ("timestamp", "input_length", "output_length"):
-                if key not in rec:
-                    raise TraceError(f"{path}, line {lineno}: missing key {key!r} (the line has {sorted(rec)})")
-            t, p, o = rec["timestamp"], rec["input_length"], rec["output_length"]
-            if isinstance(t, bool) or not isinstance(t, (int, float)) or not t >= 0:
-                raise TraceError(f"{path}, line {lineno}: timestamp={t!r}: expected milliseconds >= 0")
-            if times and t < times[-1]:
-                raise TraceError(f"{path}, line {lineno}: timestamp={t!r}: expected arrival times that do not go "
-                                 f"backwards (the line before has {times[-1]!r})")
-            for key, v in (("input_length", p), ("output_length", o)):
-                if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                    raise TraceError(f"{path}, line {lineno}: {key}={v!r}: expected a whole number of tokens >= 1")
-            h = rec.get("hash_ids", [])
-            if not isinstance(h, list) or not all(isinstance(x, int) and not isinstance(x, bool) for x in h):
-                raise TraceError(f"{path}, line {lineno}: hash_ids={str(h)[:80]}: expected a list of integers")
-            times.append(t)
-            prompts.append(p)
-            outputs.append(o)
-            ids.append(h)
+    extra: dict[str, list] = {c: [] for c in OPTIONAL_COLUMNS}
+    try:
+        with _open_text(path) as f:
+            for lineno, line in enumerate(f, 1):
+                if line.strip():
+                    _read_mooncake_line(path, lineno, line, times, prompts, outputs, ids, extra)
+    except UnicodeDecodeError as e:
+        raise _decode_error(path, e) from None
+    except (OSError, EOFError) as e:
+        raise TraceError(f"{path}: cannot read the trace: {e}") from None
+    for c, values in extra.items():
+        if values and len(values) != len(times):
+            raise TraceError(f"{path}: {c!r} is given on {len(values)} of {len(times)} lines: give it on every "
+                             "line or on none")
     return TraceColumns(np.asarray(times, dtype=np.float64) / 1000.0, np.asarray(prompts, dtype=np.int64),
-                        np.asarray(outputs, dtype=np.int64), ids)
+                        np.asarray(outputs, dtype=np.int64), ids,
+                        **{c: np.asarray(v, dtype=np.int64 if c == "priority" else np.float64) if v else None
+                           for c, v in extra.items()})
+
+
+def _read_mooncake_line(path: Path, lineno: int, line: str, times, prompts, outputs, ids, extra) -> None:
+    try:
+        rec = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise TraceError(f"{path}, line {lineno}: not valid JSON ({e.msg}): {line.strip()[:80]!r}") from None
+    if not isinstance(rec, dict):
+        raise TraceError(f"{path}, line {lineno}: expected a JSON object, got {line.strip()[:80]!r}")
+    for key in ("timestamp", "input_length", "output_length"):
+        if key not in rec:
+            raise TraceError(f"{path}, line {lineno}: missing key {key!r} (the line has {sorted(rec)})")
+    t, p, o = rec["timestamp"], rec["input_length"], rec["output_length"]
+    if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 <= t < math.inf:
+        raise TraceError(f"{path}, line {lineno}: timestamp={t!r}: expected milliseconds >= 0")
+    if times and t < times[-1]:
+        raise TraceError(f"{path}, line {lineno}: timestamp={t!r}: expected arrival times that do not go "
+                         f"backwards (the line before has {times[-1]!r})")
+    for key, v in (("input_length", p), ("output_length", o)):
+        if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= MAX_LENGTH:
+            raise TraceError(f"{path}, line {lineno}: {key}={v!r}: expected a whole number of tokens in "
+                             f"[1, {MAX_LENGTH}]")
+    h = rec.get("hash_ids", [])
+    if not isinstance(h, list) or not all(isinstance(x, int) and not isinstance(x, bool) and -2**63 <= x < 2**63
+                                          for x in h):
+        raise TraceError(f"{path}, line {lineno}: hash_ids={str(h)[:80]}: expected a list of 64-bit integers")
+    for c in OPTIONAL_COLUMNS:
+        if c in rec:
+            v = rec[c]
+            number = not isinstance(v, bool) and isinstance(v, (int, float)) and abs(v) < 1e300
+            expected = _check_optional(c, float(v)) if number else "a number"
+            if expected:
+                raise TraceError(f"{path}, line {lineno}: {c}={v!r}: expected {expected}")
+            extra[c].append(v)
+    times.append(t)
+    prompts.append(p)
+    outputs.append(o)
+    ids.append(h)

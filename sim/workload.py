@@ -44,6 +44,10 @@ class Workload:
             v = getattr(self, col)
             if v is not None and len(v) != n:
                 raise ValueError(f"Workload.{col} has {len(v)} rows, arrival_s has {n}")
+        finite = np.isfinite(self.arrival_s)
+        if not finite.all():
+            i = int(np.argmin(finite))
+            raise ValueError(f"Workload.arrival_s[{i}]={self.arrival_s[i]}: expected a finite time")
         if n and np.any(np.diff(self.arrival_s) < 0):
             raise ValueError("Workload.arrival_s must not go backwards")
 
@@ -96,7 +100,22 @@ class Workload:
         if factor == 1.0:
             return self
         t0 = self.arrival_s[0] if len(self) else 0.0
-        return replace(self, arrival_s=t0 + (self.arrival_s - t0) * factor)
+        arrival = t0 + (self.arrival_s - t0) * factor
+        # A deadline is an SLO from arrival: it moves with its request.
+        deadline = None if self.deadline_s is None else self.deadline_s + (arrival - self.arrival_s)
+        return replace(self, arrival_s=arrival, deadline_s=deadline)
+
+    def with_slo_deadlines(self, ttft_s: float = np.inf, tpot_s: float = np.inf) -> Workload:
+        """Deadlines for `edf` from latency targets: a request should finish by
+        arrival + ttft_s + tpot_s * (output tokens - 1), when it would meet both."""
+        if not (ttft_s < np.inf or tpot_s < np.inf):
+            raise ValueError("deadlines from SLOs need a TTFT or a TPOT target (slo_ttft_s, slo_tpot_s)")
+        for name, v in (("slo_ttft_s", ttft_s), ("slo_tpot_s", tpot_s)):
+            if not v > 0:
+                raise ValueError(f"{name}={v}: expected seconds > 0")
+        ttft = ttft_s if ttft_s < np.inf else 0.0
+        tpot = tpot_s if tpot_s < np.inf else 0.0
+        return replace(self, deadline_s=self.arrival_s + ttft + tpot * (self.num_output_tokens - 1))
 
     def cap_lengths(self, max_model_len: int) -> Workload:
         """Truncate prompts to max_model_len - 1 tokens and outputs to what is left, as a client
@@ -195,7 +214,9 @@ def load_workload(trace: str | Path, fmt: str = "auto", *, num_requests: int | N
             values = np.fromiter((x for h in cols.hash_ids for x in h), dtype=np.int64, count=int(offsets[-1]))
             index = np.where(lens > 0, np.arange(len(lens)), -1)
         w = Workload(cols.arrival_s, cols.num_prompt_tokens, cols.num_output_tokens, index, values, offsets,
-                     name=name).rebased()
+                     name=name)
+    w = replace(w, priority=cols.priority, business_value=cols.business_value,
+                deadline_s=None if cols.slo_s is None else w.arrival_s + cols.slo_s).rebased()
     if len(w) == 0:
         raise ValueError(f"{trace} holds no requests")
     if start_s or duration_s is not None:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
+from paged.config import is_int
 from paged.policies import Policy
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -31,6 +32,10 @@ class EngineConfig:
     the engine may fill, weights included) on CUDA; `num_gpu_blocks` overrides both (tests use it
     to force preemption). Swapping needs a host pool: `swap_space` GiB or `num_cpu_blocks`; with
     preemption_mode="swap" and neither given, the host pool matches the device pool.
+
+    `max_model_len` defaults to what both the model and the KV cache hold. Given larger than the
+    cache (tests do, to force preemption), it is kept with a warning, and no sequence grows past
+    the cache: its output ends there with finish_reason "length". (vLLM refuses to start then.)
     """
 
     model: str
@@ -55,18 +60,32 @@ class EngineConfig:
     watermark: float = 0.01
 
     def __post_init__(self) -> None:
+        # Checked before the model loads (which takes seconds), and before any division by them.
+        def number(x) -> bool:
+            return isinstance(x, (int, float)) and not isinstance(x, bool)
+
         _require(self.dtype == "auto" or self.dtype in DTYPES, "dtype", self.dtype, f"'auto' or one of {list(DTYPES)}")
-        _require(self.device in ("auto", "cpu") or self.device.startswith("cuda"), "device", self.device,
-                 "'auto', 'cpu' or 'cuda[:N]'")
-        _require(self.kv_cache_memory_bytes is None or self.kv_cache_memory_bytes > 0, "kv_cache_memory_bytes",
-                 self.kv_cache_memory_bytes, "a positive number of bytes")
-        _require(0.0 < self.gpu_memory_utilization <= 1.0, "gpu_memory_utilization", self.gpu_memory_utilization,
-                 "a fraction in (0, 1]")
-        _require(self.swap_space >= 0, "swap_space", self.swap_space, "GiB >= 0")
-        _require(self.num_gpu_blocks is None or self.num_gpu_blocks >= 1, "num_gpu_blocks", self.num_gpu_blocks,
-                 "an integer >= 1")
-        _require(self.num_cpu_blocks is None or self.num_cpu_blocks >= 0, "num_cpu_blocks", self.num_cpu_blocks,
-                 "an integer >= 0")
+        _require(isinstance(self.device, str) and (self.device in ("auto", "cpu") or self.device.startswith("cuda")),
+                 "device", self.device, "'auto', 'cpu' or 'cuda[:N]'")
+        if isinstance(self.device, str) and self.device.startswith("cuda") and not torch.cuda.is_available():
+            raise ValueError(f"EngineConfig.device={self.device!r}: this torch build or machine has no CUDA device; "
+                             "use 'cpu' or 'auto'")
+        bs = self.block_size
+        _require(is_int(bs) and bs >= 1 and bs & (bs - 1) == 0, "block_size", bs, "a power of two >= 1")
+        _require(self.kv_cache_memory_bytes is None or (is_int(self.kv_cache_memory_bytes)
+                                                        and self.kv_cache_memory_bytes > 0),
+                 "kv_cache_memory_bytes", self.kv_cache_memory_bytes, "a positive integer number of bytes")
+        _require(number(self.gpu_memory_utilization) and 0.0 < self.gpu_memory_utilization <= 1.0,
+                 "gpu_memory_utilization", self.gpu_memory_utilization, "a fraction in (0, 1]")
+        _require(number(self.swap_space) and self.swap_space >= 0, "swap_space", self.swap_space, "GiB >= 0")
+        _require(self.num_gpu_blocks is None or (is_int(self.num_gpu_blocks) and self.num_gpu_blocks >= 1),
+                 "num_gpu_blocks", self.num_gpu_blocks, "an integer >= 1")
+        _require(self.num_cpu_blocks is None or (is_int(self.num_cpu_blocks) and self.num_cpu_blocks >= 0),
+                 "num_cpu_blocks", self.num_cpu_blocks, "an integer >= 0")
+        # None means "the default"; 0 is a mistake, not a request for the default.
+        for name in ("max_num_seqs", "max_num_batched_tokens", "max_model_len"):
+            v = getattr(self, name)
+            _require(v is None or (is_int(v) and v >= 1), name, v, "None or an integer >= 1")
 
     def torch_device(self) -> torch.device:
         if self.device == "auto":

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import time
+import warnings
 
 import torch
 
@@ -54,6 +55,13 @@ class LLMEngine:
         if num_gpu_blocks < 1:
             raise ValueError(f"the KV cache budget holds no block of {block_bytes} bytes: raise "
                              f"kv_cache_memory_bytes (CPU) or gpu_memory_utilization (CUDA)")
+        capacity = num_gpu_blocks * config.block_size
+        if max_model_len > capacity:
+            if config.max_model_len is None:
+                max_model_len = capacity
+            else:
+                warnings.warn(f"max_model_len={max_model_len} exceeds the KV cache's {capacity} tokens: no sequence "
+                              f"will grow past {capacity} tokens", stacklevel=3)
         num_cpu_blocks = config.num_cpu_blocks
         if num_cpu_blocks is None:
             num_cpu_blocks = int(config.swap_space * (1 << 30)) // block_bytes

@@ -77,6 +77,8 @@ def _read_hf_folder(path: Path):
         raw = json.loads(config_file.read_text())
     except json.JSONDecodeError as e:
         raise ValueError(f"{config_file}: not valid JSON ({e})") from e
+    if not isinstance(raw, dict):
+        raise ValueError(f"{config_file}: expected a JSON object, got {type(raw).__name__}")
     generation = path / "generation_config.json"
     if generation.exists():  # what transformers' generate() stops on takes precedence
         eos = json.loads(generation.read_text()).get("eos_token_id")
@@ -90,10 +92,14 @@ def _read_hf_folder(path: Path):
 
 
 def _safetensors(files: list[Path]):
-    from safetensors import safe_open
+    from safetensors import SafetensorError, safe_open
 
     for file in files:
-        with safe_open(str(file), framework="pt", device="cpu") as f:
+        try:
+            f = safe_open(str(file), framework="pt", device="cpu")
+        except (OSError, SafetensorError) as e:
+            raise ValueError(f"{file}: not a readable safetensors file ({e})") from None
+        with f:
             for name in f.keys():  # noqa: SIM118 - safe_open is not a mapping
                 yield name, f.get_tensor(name)
 

@@ -37,6 +37,10 @@ def make(num_blocks=64, bs=4, **sched):
     (dict(num_gpu_blocks=8, watermark=1.0), "watermark"),
     (dict(num_gpu_blocks=8, watermark=-0.1), "watermark"),
     (dict(num_gpu_blocks=8, num_cpu_blocks=-1), "num_cpu_blocks"),
+    (dict(num_gpu_blocks=True), "num_gpu_blocks"),  # a bool is no count
+    (dict(num_gpu_blocks=8, block_size=True), "block_size"),
+    (dict(num_gpu_blocks=8.0), "num_gpu_blocks"),
+    (dict(num_gpu_blocks=8, watermark="x"), "watermark"),
 ])
 def test_cache_config_errors_name_the_field(kwargs, field):
     with pytest.raises(ValueError, match=rf"CacheConfig\.{field}="):
@@ -50,6 +54,7 @@ def test_cache_config_errors_name_the_field(kwargs, field):
     (dict(policy="random"), "policy"),
     (dict(preemption_mode="kill"), "preemption_mode"),
     (dict(long_prefill_token_threshold=-1), "long_prefill_token_threshold"),
+    (dict(max_num_seqs=True), "max_num_seqs"),
 ])
 def test_scheduler_config_errors_name_the_field(kwargs, field):
     with pytest.raises(ValueError, match=rf"SchedulerConfig\.{field}="):
@@ -62,6 +67,15 @@ def test_budget_below_block_size_is_refused():
                   SchedulerConfig(max_num_seqs=8, max_num_batched_tokens=32))
 
 
+def test_prompt_length_must_be_an_integer():
+    with pytest.raises(ValueError, match=r"num_prompt_tokens=2\.5: expected an integer"):
+        Request("x", num_prompt_tokens=2.5)
+
+
+def test_top_k_minus_one_means_off_as_in_vllm():
+    assert SamplingParams(top_k=-1).top_k == SamplingParams(top_k=0).top_k == 0
+
+
 def test_empty_prompt_is_an_error():
     with pytest.raises(ValueError, match="empty prompt"):
         Request("x", [])
@@ -70,7 +84,7 @@ def test_empty_prompt_is_an_error():
 
 
 @pytest.mark.parametrize("kwargs", [dict(max_tokens=0), dict(temperature=-1.0), dict(top_p=0.0), dict(top_p=1.5),
-                                    dict(n=0), dict(top_k=-1)])
+                                    dict(n=0), dict(top_k=-2)])
 def test_bad_sampling_params(kwargs):
     with pytest.raises(ValueError, match="SamplingParams"):
         SamplingParams(**kwargs)

@@ -8,6 +8,9 @@ from paged.engine import LLM, SamplingParams
 from .conftest import TINY
 from .recorder import assert_all_blocks_free
 
+# These tests shrink the cache below max_model_len on purpose, to force preemption.
+pytestmark = pytest.mark.filterwarnings("ignore:max_model_len=512 exceeds the KV cache")
+
 
 @pytest.fixture(scope="module")
 def llm(tiny_llama):
@@ -34,7 +37,7 @@ def test_bad_prompt_names_itself_and_the_engine_goes_on(llm, prompt, message):
 
 
 @pytest.mark.parametrize(("field", "value"), [
-    ("temperature", -0.5), ("top_p", 0.0), ("top_p", 1.5), ("max_tokens", 0), ("top_k", -1), ("n", 0),
+    ("temperature", -0.5), ("top_p", 0.0), ("top_p", 1.5), ("max_tokens", 0), ("top_k", -2), ("n", 0),
     ("seed", 2**64), ("seed", 1.5), ("seed", "x"), ("stop", [1]), ("stop_token_ids", [[1]]), ("max_tokens", True),
 ])
 def test_invalid_sampling_params(llm, field, value):
@@ -64,6 +67,62 @@ def test_prompt_larger_than_the_cache_is_rejected(tiny_llama):
 def test_unknown_or_unreadable_model(tmp_path, make):
     with pytest.raises(ValueError, match="model|GGUF|config.json"):
         LLM(make(tmp_path))
+
+
+@pytest.mark.parametrize("config, what", [
+    ({}, "architecture"),
+    ([1, 2], "expected a JSON object"),
+    ({"model_type": "gpt2", "n_head": 12}, "architecture 'gpt2'"),
+    ({"architectures": ["LlamaForCausalLM"], "hidden_size": 64}, "missing field"),
+    ("FULL", "hidden_size='big'"),
+    ("FULL_JUNK_WEIGHTS", "not a readable safetensors file"),
+])
+def test_broken_model_folders_name_the_problem(tiny_llama, tmp_path, config, what):
+    import json
+    import shutil
+
+    folder = tmp_path / "m"
+    shutil.copytree(tiny_llama[0], folder)
+    full = json.loads((folder / "config.json").read_text())
+    if config == "FULL":
+        config = {**full, "hidden_size": "big"}
+    elif config == "FULL_JUNK_WEIGHTS":
+        config = full
+        for f in folder.glob("*.safetensors"):
+            f.write_bytes(b"\xff" * 64)
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match=what):
+        LLM(str(folder), **TINY)
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    ({"block_size": 0}, "block_size"),
+    ({"block_size": 12}, "block_size"),
+    ({"kv_cache_memory_bytes": "1GB"}, "kv_cache_memory_bytes"),
+    ({"max_model_len": 0}, "max_model_len"),
+    ({"max_num_seqs": 0}, "max_num_seqs"),
+    ({"max_num_batched_tokens": 0}, "max_num_batched_tokens"),
+    ({"gpu_memory_utilization": "most"}, "gpu_memory_utilization"),
+])
+def test_bad_engine_settings_are_refused_before_loading(kwargs, field):
+    with pytest.raises(ValueError, match=rf"EngineConfig\.{field}="):
+        LLM("no-such-model", **kwargs)  # the settings are checked first: the model is never looked up
+
+
+def test_cuda_on_a_machine_without_it_is_a_clear_error():
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    with pytest.raises(ValueError, match="EngineConfig.device='cuda'.*no CUDA device"):
+        LLM("no-such-model", device="cuda")
+
+
+def test_max_model_len_defaults_to_what_the_cache_holds(tiny_llama):
+    small = LLM(str(tiny_llama[0]), num_gpu_blocks=8, block_size=16)
+    assert small.scheduler.config.max_model_len == 128
+    with pytest.warns(UserWarning, match="max_model_len=512 exceeds the KV cache's 128 tokens"):
+        LLM(str(tiny_llama[0]), num_gpu_blocks=8, block_size=16, max_model_len=512)
 
 
 def _write(path, data: bytes) -> str:

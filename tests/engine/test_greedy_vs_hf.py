@@ -16,6 +16,9 @@ from .conftest import TINY
 from .recorder import assert_all_blocks_free, record_steps
 from .tiny_models import hf_greedy, make_tiny_model
 
+# These tests shrink the cache below max_model_len on purpose, to force preemption.
+pytestmark = pytest.mark.filterwarnings("ignore:max_model_len=512 exceeds the KV cache")
+
 GREEDY = SamplingParams(temperature=0.0, max_tokens=24)
 
 

@@ -64,6 +64,7 @@ BAD_ATTENTION = {
     "query_start_loc of the wrong length": ("query_start_loc", torch.tensor([0, 3], dtype=torch.int32)),
     "scale is None": ("scale", None),
     "scale is NaN": ("scale", math.nan),
+    "scale is infinite": ("scale", math.inf),
     "scale is a string": ("scale", "0.25"),
     "out has the wrong shape": ("out", torch.empty(3, 4, 8)),
     "out has the wrong dtype": ("out", torch.empty(3, 4, 16, dtype=torch.float16)),
@@ -79,6 +80,14 @@ def test_paged_attention_rejects(case, backend):
     args = attention_args()
     args[name] = bad
     with pytest.raises(ValueError, match=f"^{name}:"):
+        kernels.paged_attention(**args, backend=backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_paged_attention_rejects_empty_head_dims(backend):
+    args = {**attention_args(), "query": torch.randn(3, 4, 0), "key_cache": torch.randn(4, 8, 2, 0),
+            "value_cache": torch.randn(4, 8, 2, 0)}
+    with pytest.raises(ValueError, match="^key_cache: block_size, num_kv_heads and head_dim must be >= 1"):
         kernels.paged_attention(**args, backend=backend)
 
 

@@ -76,3 +76,27 @@ def test_validate_false_skips_the_checks(monkeypatch):
     assert dispatch.paged_attention(q, kc, vc, bt, sl, qsl, 0.25, validate=False).shape == (3, 4, 16)
     with pytest.raises(AssertionError, match="checked"):
         dispatch.paged_attention(q, kc, vc, bt, sl, qsl, 0.25)
+
+
+@pytest.mark.parametrize("backend", ["triton", "torch"])
+def test_strided_index_tensors_are_read_by_their_values(backend):
+    """A slice or a transpose of an index tensor means what its values say, on every backend."""
+    from kernels import reference
+
+    args = attention_args()
+    want = reference.paged_attention(*args.values())
+    strided = {
+        **args,
+        "block_table": torch.tensor([[2, 1], [0, 3]], dtype=torch.int32).t(),  # == [[2, 0], [1, 3]]
+        "seq_lens": torch.tensor([10, 0, 5, 0], dtype=torch.int32)[::2],
+        "query_start_loc": torch.tensor([0, 9, 1, 9, 3], dtype=torch.int32)[::2],
+    }
+    assert not any(strided[k].is_contiguous() for k in ("block_table", "seq_lens", "query_start_loc"))
+    torch.testing.assert_close(kernels.paged_attention(*strided.values(), backend=backend), want)
+
+    key, value = torch.randn(3, 2, 16), torch.randn(3, 2, 16)
+    slots = torch.tensor([5, 0, -1, 0, 31, 0])[::2]
+    caches = [torch.zeros(4, 8, 2, 16) for _ in range(2)]
+    kernels.reshape_and_cache(key, value, *caches, slots, backend=backend)
+    assert torch.equal(caches[0].view(32, 2, 16)[5], key[0]) and torch.equal(caches[1].view(32, 2, 16)[31], value[2])
+    assert caches[0].view(32, 2, 16)[0].abs().sum() == 0

@@ -106,3 +106,46 @@ def test_tensor_parallelism_must_split_the_heads():
 
     with pytest.raises(ValueError, match="tp=2: smollm2-135m has 9 attention heads"):
         plan_kv_cache(get_model("smollm2-135m"), get_hardware("l4"), tp=2)
+
+
+def test_config_file_errors_are_clear(tmp_path):
+    import pytest
+
+    cfg = tmp_path / "c.yaml"
+    for body, what in (("trace: [unclosed\n", "not valid YAML"), ("watermark: null\n", "watermark=null"),
+                       ("num_gpu_blocks: 2.5\n", "num_gpu_blocks=2.5: expected an integer")):
+        cfg.write_text(body)
+        with pytest.raises(SystemExit, match=what):
+            main(["run", "--config", str(cfg), "--trace", "x.csv"])
+    with pytest.raises(SystemExit, match="cannot read the config file"):
+        main(["run", "--config", str(tmp_path / "missing.yaml")])
+
+
+def test_block_size_zero_is_a_clear_error(azure_conv, capsys):
+    assert main(["run", "--trace", str(azure_conv), "--block-size", "0"]) == 2
+    assert "SimConfig.block_size=0" in capsys.readouterr().err
+
+
+def test_policies_read_the_traces_columns(tmp_path, azure_conv, capsys):
+    """edf needs deadlines (a trace column, or SLO targets); each policy then serves differently."""
+    rows = azure_conv.read_text().splitlines()[:301]
+    trace = tmp_path / "t.csv"
+    lines = [rows[0] + ",priority,business_value,slo_s"]
+    for i, r in enumerate(rows[1:]):
+        lines.append(f"{r},{i % 3},{(i * 7) % 5},{1 + (i * 13) % 29}")
+    trace.write_text("\n".join(lines) + "\n")
+    common = ["--num-gpu-blocks", "600", "--time-scale", "0.2", "--no-progress"]
+    assert main(["run", "--trace", str(azure_conv), "--num-requests", "50", "--policy", "edf"]) == 2
+    assert "policy edf needs deadlines" in capsys.readouterr().err
+    docs = {}
+    for policy, extra in (("fcfs", []), ("edf", []), ("priority", []), ("priority", ["--priority-weights", "0,0,1"])):
+        out = tmp_path / "o.json"
+        assert main(["run", "--trace", str(trace), "--policy", policy, *extra, *common, "--json", str(out)]) == 0
+        docs[policy + "".join(extra)] = json.loads(out.read_text())
+    runs = {k: (d["ttft_s"]["mean"], d["num_preemptions"]) for k, d in docs.items()}
+    assert len(set(runs.values())) == 4, runs
+    assert docs["priority--priority-weights0,0,1"]["config"]["priority_weights"] == [0.0, 0.0, 1.0]
+    out = tmp_path / "slo.json"
+    assert main(["run", "--trace", str(azure_conv), "--num-requests", "50", "--policy", "edf", "--slo-ttft-s", "2",
+                 "--slo-tpot-s", "0.1", "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["num_finished"] == 50

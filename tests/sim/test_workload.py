@@ -42,6 +42,9 @@ ROW = "2023-11-16 18:15:46.6805900,374,44\n"
     (AZ + ROW + "yesterday,5,3\n", "line 3", "'yesterday'"),
     (AZ + ROW + ROW.strip() + ",7\n", "line 3", "fields"),  # an extra column
     ("TIMESTAMP,ContextTokens\n" + "2023-11-16 18:15:46.6,3\n", "line 1", "GeneratedTokens"),
+    (AZ + ROW + "2023-11-16 18:15:47.0,1e20,4\n", "line 3", "'1e20'"),  # would wrap in int64
+    (AZ.strip() + ",slo_s\n" + ROW.strip() + ",2\n" + ROW.strip() + ",0\n", "line 3", "slo_s='0'"),
+    (AZ.strip() + ",priority\n" + ROW.strip() + ",1.5\n", "line 2", "priority='1.5'"),
 ])
 def test_malformed_azure_rows_name_file_line_and_value(tmp_path, body, where, what):
     p = tmp_path / "bad.csv"
@@ -58,6 +61,10 @@ def test_malformed_azure_rows_name_file_line_and_value(tmp_path, body, where, wh
     ('{"timestamp": 1, "input_length": 4, "output_length": 3}', "backwards"),
     ('{"timestamp": 5, "input_length": 4, "output_length": 3, "hash_ids": "a"}', "hash_ids"),
     ("not json", "not valid JSON"),
+    ('{"timestamp": Infinity, "input_length": 4, "output_length": 3}', "timestamp=inf"),
+    ('{"timestamp": 5, "input_length": 99999999999999999999999, "output_length": 3}', "input_length=9999"),
+    ('{"timestamp": 5, "input_length": 4, "output_length": 3, "hash_ids": [99999999999999999999999]}', "64-bit"),
+    ('{"timestamp": 5, "input_length": 4, "output_length": 3, "business_value": "high"}', "business_value='high'"),
 ])
 def test_malformed_mooncake_lines(tmp_path, line, what):
     p = tmp_path / "bad.jsonl"
@@ -130,3 +137,50 @@ def test_trailing_blank_lines_and_spaced_headers_are_read(tmp_path):
     vidur = tmp_path / "v.csv"
     vidur.write_text("arrived_at , num_prefill_tokens , num_decode_tokens\n0.5,10,3\n1.0,20,4\n")
     assert list(read_trace(vidur).num_output_tokens) == [3, 4]
+
+
+def test_gzip_and_byte_order_marks_are_read(tmp_path, traces):
+    import gzip
+
+    src = (traces / "mooncake_fast25_synthetic_trace.jsonl").read_bytes()[:20_000].rsplit(b"\n", 1)[0]
+    (tmp_path / "m.jsonl.gz").write_bytes(gzip.compress(src))
+    (tmp_path / "m.jsonl").write_bytes(src)
+    a, b = load_workload(tmp_path / "m.jsonl.gz"), load_workload(tmp_path / "m.jsonl")
+    assert len(a) == len(b) > 3 and np.array_equal(a.arrival_s, b.arrival_s) and a.prefix_ids(2) == b.prefix_ids(2)
+    bom = tmp_path / "bom.csv"  # as spreadsheet programs write: the header must still say "vidur"
+    bom.write_bytes(b"\xef\xbb\xbfarrived_at,num_prefill_tokens,num_decode_tokens\n0.0,10,3\n0.5,20,4\n")
+    assert detect_format(bom) == "vidur" and load_workload(bom).arrival_s.tolist() == [0.0, 0.5]
+    fake = tmp_path / "fake.csv"  # compressed, but not named so
+    fake.write_bytes(gzip.compress(b"arrived_at,num_prefill_tokens,num_decode_tokens\n0.0,10,3\n"))
+    with pytest.raises(TraceError, match=f"{fake}: byte 1 is not UTF-8"):
+        load_workload(fake)
+    with pytest.raises(TraceError, match="is a directory"):
+        load_workload(tmp_path)
+
+
+def test_azure_timestamps_without_fractions(tmp_path):
+    p = tmp_path / "a.csv"
+    p.write_text(AZ + "2023-11-16 18:15:46,10,5\n2023-11-16 18:15:47.25,10,5\n")
+    assert load_workload(p).arrival_s.tolist() == [0.0, 1.25]
+
+
+def test_policy_columns_are_read_and_deadlines_move_with_their_requests(tmp_path):
+    p = tmp_path / "v.csv"
+    p.write_text("arrived_at,num_prefill_tokens,num_decode_tokens,priority,business_value,slo_s\n"
+                 "1.0,10,3,2,0.5,4\n2.0,20,4,0,1.5,1\n")
+    w = load_workload(p)
+    assert w.priority.tolist() == [2, 0] and w.business_value.tolist() == [0.5, 1.5]
+    assert w.deadline_s.tolist() == [4.0, 2.0]  # arrival (rebased to 0) + slo_s
+    slow = w.scale_time(3.0)  # arrivals spread out, each keeps its SLO
+    assert slow.arrival_s.tolist() == [0.0, 3.0] and slow.deadline_s.tolist() == [4.0, 4.0]
+    slo = w.with_slo_deadlines(ttft_s=0.5, tpot_s=0.25)
+    assert slo.deadline_s.tolist() == [0.5 + 0.25 * 2, 1.0 + 0.5 + 0.25 * 3]
+
+
+def test_a_trace_longer_than_the_clock_is_refused(tmp_path):
+    from sim import SimConfig, simulate
+
+    p = tmp_path / "v.csv"  # microseconds read as seconds
+    p.write_text("arrived_at,num_prefill_tokens,num_decode_tokens\n0,10,3\n10000000,20,4\n")
+    with pytest.raises(ValueError, match="spans 1e\\+07 s of arrivals"):
+        simulate(load_workload(p), SimConfig(model="smollm2-135m", hardware="l4"))

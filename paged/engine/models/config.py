@@ -37,6 +37,11 @@ class ModelConfig:
     def __post_init__(self) -> None:
         if self.architecture not in ARCHITECTURES:
             raise ValueError(f"architecture {self.architecture!r} is not supported: expected one of {ARCHITECTURES}")
+        for name in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                     "num_key_value_heads", "head_dim", "max_position_embeddings"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"model config: {name}={v!r}: expected an integer >= 1")
         if self.num_attention_heads % self.num_key_value_heads:
             raise ValueError(f"num_attention_heads={self.num_attention_heads} is not a multiple of "
                              f"num_key_value_heads={self.num_key_value_heads}")
@@ -55,8 +60,19 @@ class ModelConfig:
     @classmethod
     def from_hf(cls, cfg: dict) -> ModelConfig:
         """From a Hugging Face `config.json` (transformers 4 `rope_theta`/`rope_scaling` or 5 `rope_parameters`)."""
-        archs = cfg.get("architectures") or [_MODEL_TYPES.get(cfg.get("model_type"), repr(cfg.get("model_type")))]
-        arch = archs[0]
+        if not isinstance(cfg, dict):
+            raise ValueError(f"config.json: expected a JSON object, got {type(cfg).__name__}")
+        archs = cfg.get("architectures") or [_MODEL_TYPES.get(cfg.get("model_type"), str(cfg.get("model_type")))]
+        arch = archs[0] if isinstance(archs, list) and archs else repr(archs)
+        if arch not in ARCHITECTURES:
+            raise ValueError(f"config.json: architecture {arch!r} is not supported: expected one of {ARCHITECTURES}")
+        missing = [k for k in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                               "num_attention_heads") if k not in cfg]
+        if missing:
+            raise ValueError(f"config.json: missing field(s) {missing} that a {arch} needs")
+        if not isinstance(cfg["num_attention_heads"], int) or cfg["num_attention_heads"] < 1:
+            raise ValueError(f"config.json: num_attention_heads={cfg['num_attention_heads']!r}: expected an integer "
+                             ">= 1")
         rope = dict(cfg.get("rope_parameters") or cfg.get("rope_scaling") or {})
         theta = rope.pop("rope_theta", cfg.get("rope_theta", 10000.0))
         rope_type = rope.get("rope_type", rope.get("type", "default"))
@@ -72,7 +88,8 @@ class ModelConfig:
             num_hidden_layers=cfg["num_hidden_layers"],
             num_attention_heads=heads,
             num_key_value_heads=cfg.get("num_key_value_heads") or heads,
-            head_dim=cfg.get("head_dim") or cfg["hidden_size"] // heads,
+            head_dim=cfg.get("head_dim") or (cfg["hidden_size"] // heads if isinstance(cfg["hidden_size"], int)
+                                             else None),  # a bad hidden_size is named by __post_init__
             rms_norm_eps=cfg.get("rms_norm_eps", 1e-6),
             rope_theta=theta,
             rope_scaling=None if rope_type == "default" else {**rope, "rope_type": rope_type},
