@@ -5,6 +5,7 @@ construction, so a typo in a sweep fails at once instead of producing a strange 
 """
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -15,8 +16,9 @@ PREEMPTION_MODES = ("recompute", "swap")
 
 
 def is_int(value) -> bool:
-    """An integer, and not a bool (True is an int to Python, never a block count to us)."""
-    return isinstance(value, int) and not isinstance(value, bool)
+    """An integer (numpy's included, as sweeps produce them), and not a bool (True is an int to
+    Python, never a block count to us)."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 def _require(ok: bool, owner: str, field: str, value, expected: str) -> None:

@@ -173,10 +173,11 @@ def _yaml_value(path: str, key: str, value, run: argparse.ArgumentParser):
         try:
             value = action.type(value)
         except (TypeError, ValueError, argparse.ArgumentTypeError):
-            raise SystemExit(f"{path}: {key}={value!r}: expected a value of type {action.type.__name__}") from None
+            expected = "three numbers A,B,C" if action.type is _weights else f"a value of type {action.type.__name__}"
+            raise SystemExit(f"{path}: {key}={value!r}: expected {expected}") from None
     if action.choices is not None and value not in action.choices:
         raise SystemExit(f"{path}: {key}={value!r}: expected one of {list(action.choices)}")
-    if key in ("trace", "cost_model") and isinstance(value, str) and value.endswith((".csv", ".json", ".jsonl")):
+    if key in ("trace", "cost_model") and isinstance(value, str) and value != "roofline":
         candidate = Path(path).parent / value
         if not Path(value).is_absolute() and candidate.exists():
             value = str(candidate)

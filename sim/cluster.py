@@ -27,9 +27,9 @@ class Cluster:
         self.workload = workload
         self.router = router
         self.progress = progress  # a tqdm bar, or None
-        span = float(workload.arrival_s[-1] - workload.arrival_s[0]) if len(workload) else 0.0
-        if not span < MAX_TRACE_SPAN_S:
-            raise ValueError(f"workload {workload.name!r} spans {span:.4g} s of arrivals: the simulator's clock "
+        last = float(workload.arrival_s[-1]) if len(workload) else 0.0
+        if not last < MAX_TRACE_SPAN_S:
+            raise ValueError(f"workload {workload.name!r} has arrivals until {last:.4g} s: the simulator's clock "
                              f"holds at most {MAX_TRACE_SPAN_S:.4g} s (are the timestamps in the unit the format "
                              "expects?)")
         self.arrival_ticks = np.round(workload.arrival_s * TICKS_PER_S).astype(np.int64)

@@ -7,6 +7,7 @@ be carried from the simulator to a real deployment unchanged.
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass, fields
 
 from paged.config import is_int
@@ -82,8 +83,11 @@ class SimConfig:
         require(self.batch_timeout_s >= 0, "batch_timeout_s", ">= 0")
         w = self.priority_weights
         require(w is None or (self.policy == "priority" and len(w) == 3
-                              and all(isinstance(x, (int, float)) and math.isfinite(x) for x in w)),
+                              and all(isinstance(x, numbers.Real) and not isinstance(x, bool) and math.isfinite(x)
+                                      for x in w)),
                 "priority_weights", "three finite numbers (a, b, c), with policy 'priority'")
+        if w is not None:
+            self.priority_weights = tuple(float(x) for x in w)  # plain floats, for the JSON record
         require(self.static_reserve in RESERVE_MODES, "static_reserve", f"one of {list(RESERVE_MODES)}")
         require(0 < self.mfu_efficiency <= 1, "mfu_efficiency", "a value in (0, 1]")
         require(0 < self.bandwidth_efficiency <= 1, "bandwidth_efficiency", "a value in (0, 1]")

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -167,7 +166,8 @@ def _read_csv(path: Path, fmt: str) -> TraceColumns:
     arrival = None
     if fmt == "azure":
         raw = df["TIMESTAMP"]
-        ts = pd.to_datetime(raw, format="ISO8601", errors="coerce")
+        # utc: offsets may change within a trace (a daylight-saving switch); times without one are UTC
+        ts = pd.to_datetime(raw, format="ISO8601", errors="coerce", utc=True)
         if ts.isna().any():
             i = int(np.argmax(ts.isna().to_numpy()))
             raise _fail(path, i, "TIMESTAMP", raw.iloc[i], "a datetime like 2023-11-16 18:15:46.6805900")
@@ -229,7 +229,7 @@ def _read_mooncake_line(path: Path, lineno: int, line: str, times, prompts, outp
         if key not in rec:
             raise TraceError(f"{path}, line {lineno}: missing key {key!r} (the line has {sorted(rec)})")
     t, p, o = rec["timestamp"], rec["input_length"], rec["output_length"]
-    if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 <= t < math.inf:
+    if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 <= t < 1e300:
         raise TraceError(f"{path}, line {lineno}: timestamp={t!r}: expected milliseconds >= 0")
     if times and t < times[-1]:
         raise TraceError(f"{path}, line {lineno}: timestamp={t!r}: expected arrival times that do not go "

@@ -67,6 +67,13 @@ def test_budget_below_block_size_is_refused():
                   SchedulerConfig(max_num_seqs=8, max_num_batched_tokens=32))
 
 
+def test_numpy_integers_are_integers():
+    import numpy as np
+
+    assert CacheConfig(num_gpu_blocks=np.int64(8), block_size=np.int32(4)).num_gpu_slots == 32
+    assert Request("x", num_prompt_tokens=np.int64(5)).num_prompt_tokens == 5
+
+
 def test_prompt_length_must_be_an_integer():
     with pytest.raises(ValueError, match=r"num_prompt_tokens=2\.5: expected an integer"):
         Request("x", num_prompt_tokens=2.5)

@@ -88,15 +88,19 @@ def test_config_file_values_are_held_to_the_options_types(tmp_path):
 
 
 def test_config_file_finds_a_trace_next_to_it(tmp_path):
+    import gzip
     import json
 
     from sim.cli import main
 
-    (tmp_path / "t.csv").write_text("arrived_at,num_prefill_tokens,num_decode_tokens\n0.0,10,3\n0.5,20,4\n")
-    (tmp_path / "c.yaml").write_text("trace: t.csv\nmodel: smollm2-135m\nhardware: l4\n")
-    out = tmp_path / "o.json"
-    assert main(["run", "--config", str(tmp_path / "c.yaml"), "--json", str(out)]) == 0
-    assert json.load(open(out))["num_finished"] == 2
+    body = b"arrived_at,num_prefill_tokens,num_decode_tokens\n0.0,10,3\n0.5,20,4\n"
+    (tmp_path / "t.csv").write_bytes(body)
+    (tmp_path / "t.csv.gz").write_bytes(gzip.compress(body))
+    for name in ("t.csv", "t.csv.gz"):
+        (tmp_path / "c.yaml").write_text(f"trace: {name}\nmodel: smollm2-135m\nhardware: l4\n")
+        out = tmp_path / "o.json"
+        assert main(["run", "--config", str(tmp_path / "c.yaml"), "--json", str(out)]) == 0
+        assert json.load(open(out))["num_finished"] == 2
 
 
 def test_tensor_parallelism_must_split_the_heads():

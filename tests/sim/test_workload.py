@@ -62,6 +62,7 @@ def test_malformed_azure_rows_name_file_line_and_value(tmp_path, body, where, wh
     ('{"timestamp": 5, "input_length": 4, "output_length": 3, "hash_ids": "a"}', "hash_ids"),
     ("not json", "not valid JSON"),
     ('{"timestamp": Infinity, "input_length": 4, "output_length": 3}', "timestamp=inf"),
+    ('{"timestamp": 1' + "0" * 400 + ', "input_length": 4, "output_length": 3}', "timestamp=1000"),
     ('{"timestamp": 5, "input_length": 99999999999999999999999, "output_length": 3}', "input_length=9999"),
     ('{"timestamp": 5, "input_length": 4, "output_length": 3, "hash_ids": [99999999999999999999999]}', "64-bit"),
     ('{"timestamp": 5, "input_length": 4, "output_length": 3, "business_value": "high"}', "business_value='high'"),
@@ -158,10 +159,12 @@ def test_gzip_and_byte_order_marks_are_read(tmp_path, traces):
         load_workload(tmp_path)
 
 
-def test_azure_timestamps_without_fractions(tmp_path):
+def test_azure_timestamps_without_fractions_or_with_changing_offsets(tmp_path):
     p = tmp_path / "a.csv"
     p.write_text(AZ + "2023-11-16 18:15:46,10,5\n2023-11-16 18:15:47.25,10,5\n")
     assert load_workload(p).arrival_s.tolist() == [0.0, 1.25]
+    p.write_text(AZ + "2023-10-29 01:59:00+01:00,10,5\n2023-10-29 01:00:30+00:00,10,5\n")  # a DST switch
+    assert load_workload(p).arrival_s.tolist() == [0.0, 90.0]
 
 
 def test_policy_columns_are_read_and_deadlines_move_with_their_requests(tmp_path):
@@ -178,9 +181,13 @@ def test_policy_columns_are_read_and_deadlines_move_with_their_requests(tmp_path
 
 
 def test_a_trace_longer_than_the_clock_is_refused(tmp_path):
-    from sim import SimConfig, simulate
+    from sim import SimConfig, Workload, simulate
 
     p = tmp_path / "v.csv"  # microseconds read as seconds
     p.write_text("arrived_at,num_prefill_tokens,num_decode_tokens\n0,10,3\n10000000,20,4\n")
-    with pytest.raises(ValueError, match="spans 1e\\+07 s of arrivals"):
-        simulate(load_workload(p), SimConfig(model="smollm2-135m", hardware="l4"))
+    config = SimConfig(model="smollm2-135m", hardware="l4")
+    with pytest.raises(ValueError, match="arrivals until 1e\\+07 s"):
+        simulate(load_workload(p), config)
+    late = Workload(np.array([1e7, 1e7 + 1]), np.array([10, 20]), np.array([3, 4]))  # a short span, late
+    with pytest.raises(ValueError, match="arrivals until 1e\\+07 s"):
+        simulate(late, config)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from paged.config import is_int
+
 # Hugging Face architecture names the Llama forward serves; Qwen2 differs only by a bias on q, k, v.
 ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM")
 _MODEL_TYPES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM"}
@@ -40,7 +42,7 @@ class ModelConfig:
         for name in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
                      "num_key_value_heads", "head_dim", "max_position_embeddings"):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            if not is_int(v) or v < 1:
                 raise ValueError(f"model config: {name}={v!r}: expected an integer >= 1")
         if self.num_attention_heads % self.num_key_value_heads:
             raise ValueError(f"num_attention_heads={self.num_attention_heads} is not a multiple of "
@@ -70,7 +72,7 @@ class ModelConfig:
                                "num_attention_heads") if k not in cfg]
         if missing:
             raise ValueError(f"config.json: missing field(s) {missing} that a {arch} needs")
-        if not isinstance(cfg["num_attention_heads"], int) or cfg["num_attention_heads"] < 1:
+        if not is_int(cfg["num_attention_heads"]) or cfg["num_attention_heads"] < 1:
             raise ValueError(f"config.json: num_attention_heads={cfg['num_attention_heads']!r}: expected an integer "
                              ">= 1")
         rope = dict(cfg.get("rope_parameters") or cfg.get("rope_scaling") or {})
