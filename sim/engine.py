@@ -52,6 +52,7 @@ class Replica:
         self.longest_stall: dict[str, int] = {}  # request id -> its longest gap across a preemption
         self.num_windows = 0
         self.num_window_steps = 0
+        self.busy_ticks = 0  # time spent running steps: the GPU's busy time
         self._wake = env.event()
         self._wake_generation = 0
         self._out = None  # the step in progress, when not a window
@@ -145,6 +146,7 @@ class Replica:
                 self.num_windows += 1
                 self.num_window_steps += n
                 self.itl_weighted_ticks += d * batch
+                self.busy_ticks += d
                 return d
         out = sched.schedule(now / TICKS_PER_S)
         if out.is_empty and not out.preempted:
@@ -159,6 +161,7 @@ class Replica:
         if used > self.peak_used_blocks:
             self.peak_used_blocks = used
         self._step_ticks = d = self.cost.step_ticks(out)
+        self.busy_ticks += d
         return d
 
     def _end(self, now: int) -> None:

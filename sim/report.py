@@ -140,6 +140,8 @@ class SimResult:
             "fragmentation_mean": float(ts["fragmentation"].mean()) if len(ts["fragmentation"]) else 0.0,
             "num_preemptions": c["num_preemptions"],
             "effective_batch_size_mean": c["num_scheduled_seqs"] / c["num_steps"] if c["num_steps"] else 0.0,
+            # the fraction of time the replicas ran steps: 1 is saturation, whatever the batch
+            "busy_fraction": c["busy_s"] / (T * self.config.replicas) if T else 0.0,
             "num_steps": c["num_steps"],
             "fast_path_step_fraction": c["num_window_steps"] / c["num_steps"] if c["num_steps"] else 0.0,
             "num_gpu_blocks": self.num_gpu_blocks,

@@ -130,6 +130,7 @@ def simulate(workload: Workload, config: SimConfig | None = None, **overrides) -
         "prefix_cache_hits": sum(s.kv.prefix_cache_hits for s in scheds),
         "peak_kv_usage": max(r.peak_used_blocks for r in replicas) / cache.num_gpu_blocks,
         "num_window_steps": sum(r.num_window_steps for r in replicas),
+        "busy_s": sum(r.busy_ticks for r in replicas) / TICKS_PER_S,
         "num_windows": sum(r.num_windows for r in replicas),
     }
     return SimResult(config, workload, log, ts, counters, itl_hist, sum(r.itl_weighted_ticks for r in replicas),

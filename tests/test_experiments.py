@@ -107,3 +107,28 @@ def test_priority(tmp_path):
     assert ((table.slo_attainment >= 0) & (table.slo_attainment <= 1)).all()
     premium = table[table["class"] == "premium"].set_index("policy")
     assert premium.loc["priority + preemption", "slo_attainment"] > premium.loc["fcfs", "slo_attainment"]
+
+
+def test_batching_knobs(tmp_path):
+    timeouts = run_quick("batching_knobs", tmp_path)
+    assert {"workload", "batch_timeout_s", "batch_size_mean", "req_per_busy_s", "ttft_s_p50", "e2e_s_p99"} \
+        <= set(timeouts.columns)
+    for _, d in timeouts.groupby("workload"):  # waiting longer never makes batches emptier
+        d = d.sort_values("batch_timeout_s")
+        assert d.batch_size_mean.iloc[-1] >= d.batch_size_mean.iloc[0]
+    sizes = pd.read_csv(tmp_path / "batching_knobs_max_batch.csv").set_index(["system", "max_batch_size"])
+    # two slots queue what thirty-two serve at once
+    assert sizes.loc[("paged", 2), "e2e_s_p99"] > sizes.loc[("paged", 32), "e2e_s_p99"]
+    assert ((sizes.busy_fraction > 0) & (sizes.busy_fraction <= 1)).all()
+
+
+def test_health(tmp_path):
+    table = run_quick("health", tmp_path)
+    assert {"deployment", "load_of_saturation", "kv_usage", "ttft_s_p99", "output_tokens_per_s_per_gpu",
+            "failure_rate", "queue_depth", "effective_batch_size", "fragmentation", "healthy"} <= set(table.columns)
+    assert table.deployment.nunique() == 3
+    for _, d in table.groupby("deployment"):  # more load holds more KV and waits longer
+        light, heavy = d.sort_values("load_of_saturation").iloc[[0, -1]].itertuples()
+        assert heavy.kv_usage > light.kv_usage and heavy.ttft_s_p99 >= light.ttft_s_p99
+        assert heavy.output_tokens_per_s_per_gpu > light.output_tokens_per_s_per_gpu
+    assert (table.healthy == (table.kv_ok & table.latency_ok & table.tokens_ok & table.failures_ok)).all()

@@ -176,3 +176,12 @@ def test_longest_step_since():
         steps.add(end * 10, d)
     for t in range(0, 80, 5):
         assert steps.since(t) == max([d for end, d in enumerate(durations, start=1) if end * 10 > t], default=0)
+
+
+def test_busy_fraction_is_the_time_spent_in_steps():
+    """Light load leaves the GPU mostly idle; everything at t=0 keeps it busy to the end."""
+    w = Workload(np.array([0.0, 10.0]), np.array([100, 100]), np.array([5, 5]))
+    light = simulate(w, SimConfig(step_overhead_s=0.01)).summary()
+    assert 0 < light["busy_fraction"] < 0.05  # ~12 steps of ~10 ms over ~10 s
+    at_once = simulate(replace(w, arrival_s=np.zeros(2)), SimConfig(step_overhead_s=0.01)).summary()
+    assert at_once["busy_fraction"] == pytest.approx(1.0)
