@@ -19,8 +19,8 @@ from .config import ROUTERS, SimConfig
 
 REPO = Path(__file__).resolve().parent.parent
 AZURE_CONV = REPO / "traces" / "azure_llm_2023_conv.csv"
-WORKLOAD_KEYS = ("trace", "format", "num_requests", "start_s", "duration_s", "time_scale", "arrival", "rate", "cv",
-                 "seed", "cap_lengths")
+WORKLOAD_KEYS = ("trace", "shared_prefix", "format", "num_requests", "start_s", "duration_s", "time_scale", "arrival",
+                 "rate", "cv", "seed", "cap_lengths")
 OUTPUT_KEYS = ("json", "requests_csv", "timeseries_csv", "plot", "slo_ttft_s", "slo_tpot_s", "progress_bar")
 
 
@@ -69,17 +69,31 @@ def _add_sim_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--timeseries-interval-s", type=float, default=None)
 
 
-def _weights(text: str) -> tuple[float, float, float]:
+def _numbers(text: str, names: str, kind=float) -> tuple:
+    """'1,0,2' -> (1.0, 0.0, 2.0): as many numbers as `names` names, comma-separated."""
+    parts = str(text).split(",")
     try:
-        a, b, c = (float(x) for x in str(text).split(","))
+        if len(parts) != len(names.split(",")):
+            raise ValueError
+        return tuple(kind(x) for x in parts)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected three numbers A,B,C") from None
-    return a, b, c
+        raise argparse.ArgumentTypeError(f"{text!r}: expected {names}") from None
+
+
+def _weights(text: str) -> tuple[float, float, float]:
+    return _numbers(text, "A,B,C")
+
+
+def _shared_prefix(text: str) -> tuple[int, int, int, int]:
+    return _numbers(text, "GROUPS,PREFIX,SUFFIX,OUTPUT", int)
 
 
 def _add_workload_options(p: argparse.ArgumentParser, trace_default=None) -> None:
     g = p.add_argument_group("workload")
     g.add_argument("--trace", default=trace_default, help="trace file (required unless in --config)")
+    g.add_argument("--shared-prefix", type=_shared_prefix, default=None, metavar="GROUPS,PREFIX,SUFFIX,OUTPUT",
+                   help="instead of a trace: --num-requests synthetic requests at --rate, in GROUPS groups each "
+                        "sharing a PREFIX-token system prompt, then SUFFIX tokens of their own, OUTPUT tokens out")
     g.add_argument("--format", default="auto", choices=("auto", "azure", "vidur", "mooncake", "lengths"))
     g.add_argument("--num-requests", type=int, default=None, help="take the first N requests")
     g.add_argument("--start-s", type=float, default=0.0, help="time window start (s after the first arrival)")
@@ -165,7 +179,7 @@ def _yaml_value(path: str, key: str, value, run: argparse.ArgumentParser):
         if action.default is not None:
             raise SystemExit(f"{path}: {key}=null: expected a value (the default is {action.default!r})")
         return value
-    if action.type is _weights and isinstance(value, list):
+    if action.type in (_weights, _shared_prefix) and isinstance(value, list):
         value = ",".join(str(x) for x in value)
     if action.type is int and isinstance(value, float):
         raise SystemExit(f"{path}: {key}={value!r}: expected an integer")
@@ -173,7 +187,8 @@ def _yaml_value(path: str, key: str, value, run: argparse.ArgumentParser):
         try:
             value = action.type(value)
         except (TypeError, ValueError, argparse.ArgumentTypeError):
-            expected = "three numbers A,B,C" if action.type is _weights else f"a value of type {action.type.__name__}"
+            expected = {_weights: "three numbers A,B,C", _shared_prefix: "four integers GROUPS,PREFIX,SUFFIX,OUTPUT"
+                        }.get(action.type, f"a value of type {action.type.__name__}")
             raise SystemExit(f"{path}: {key}={value!r}: expected {expected}") from None
     if action.choices is not None and value not in action.choices:
         raise SystemExit(f"{path}: {key}={value!r}: expected one of {list(action.choices)}")
@@ -197,18 +212,27 @@ def _jsonable(x):
 def cmd_run(args: argparse.Namespace) -> int:
     from .report import format_summary
     from .runner import simulate
-    from .workload import load_workload
+    from .workload import load_workload, select, shared_prefix_workload
 
-    if args.trace is None:
-        raise SystemExit("run: give --trace PATH (or `trace:` in --config)")
+    if (args.trace is None) == (args.shared_prefix is None):
+        raise SystemExit("run: give --trace PATH or --shared-prefix G,P,S,O (or `trace:` in --config), not both")
     config = _sim_config(args)
     from .models import get_model
 
     max_len = config.max_model_len or get_model(config.model).max_model_len
-    workload = load_workload(args.trace, args.format, num_requests=args.num_requests, start_s=args.start_s,
-                             duration_s=args.duration_s, time_scale=args.time_scale, arrival=args.arrival,
-                             rate=args.rate, cv=args.cv, seed=args.seed,
-                             max_model_len=max_len if args.cap_lengths else None)
+    if args.shared_prefix is not None:
+        if args.num_requests is None or args.rate is None:
+            raise ValueError("--shared-prefix needs --num-requests and --rate (synthetic arrivals)")
+        groups, prefix, suffix, output = args.shared_prefix
+        generated = shared_prefix_workload(args.num_requests, groups, prefix, suffix, output, args.rate, args.arrival,
+                                           args.cv, args.seed, hash_id_block_size=config.block_size)
+        workload = select(generated, start_s=args.start_s, duration_s=args.duration_s, time_scale=args.time_scale,
+                          max_model_len=max_len if args.cap_lengths else None)
+    else:
+        workload = load_workload(args.trace, args.format, num_requests=args.num_requests, start_s=args.start_s,
+                                 duration_s=args.duration_s, time_scale=args.time_scale, arrival=args.arrival,
+                                 rate=args.rate, cv=args.cv, seed=args.seed,
+                                 max_model_len=max_len if args.cap_lengths else None)
     if config.policy == "edf" and workload.deadline_s is None:
         if args.slo_ttft_s is None and args.slo_tpot_s is None:
             raise ValueError(f"policy edf needs deadlines, and {args.trace} has no slo_s column: give --slo-ttft-s "
@@ -225,7 +249,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(format_summary(summary))
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        doc = {**summary, "workload": {"trace": str(args.trace), "name": workload.name}, "config": config.to_dict()}
+        source = {"trace": str(args.trace)} if args.trace is not None else {"shared_prefix": args.shared_prefix}
+        doc = {**summary, "workload": {**source, "name": workload.name}, "config": config.to_dict()}
         Path(args.json).write_text(json.dumps(_jsonable(doc), indent=2) + "\n")
     if args.requests_csv:
         result.requests.to_csv(args.requests_csv, index=False)

@@ -197,9 +197,8 @@ def load_workload(trace: str | Path, fmt: str = "auto", *, num_requests: int | N
                   start_s: float = 0.0, duration_s: float | None = None, time_scale: float = 1.0,
                   arrival: str = "poisson", rate: float | None = None, cv: float = 1.0, seed: int = 0,
                   max_model_len: int | None = None) -> Workload:
-    """Read a trace and apply the options in the order a researcher means them: the time
-    window, then the first N requests, then time scaling, then the length cap. Length-only
-    traces get synthetic arrivals (`arrival` at `rate` per second)."""
+    """Read a trace and `select` from it. Length-only traces get synthetic arrivals (`arrival`
+    at `rate` per second)."""
     cols = read_trace(trace, fmt)
     name = Path(trace).name
     if cols.arrival_s is None:
@@ -219,6 +218,14 @@ def load_workload(trace: str | Path, fmt: str = "auto", *, num_requests: int | N
                 deadline_s=None if cols.slo_s is None else w.arrival_s + cols.slo_s).rebased()
     if len(w) == 0:
         raise ValueError(f"{trace} holds no requests")
+    return select(w, num_requests=num_requests, start_s=start_s, duration_s=duration_s, time_scale=time_scale,
+                  max_model_len=max_model_len)
+
+
+def select(w: Workload, *, num_requests: int | None = None, start_s: float = 0.0, duration_s: float | None = None,
+           time_scale: float = 1.0, max_model_len: int | None = None) -> Workload:
+    """The options in the order a researcher means them: the time window, then the first N
+    requests, then time scaling, then the length cap."""
     if start_s or duration_s is not None:
         w = w.window(start_s, np.inf if duration_s is None else start_s + duration_s)
     if num_requests is not None:

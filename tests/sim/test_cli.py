@@ -153,3 +153,16 @@ def test_policies_read_the_traces_columns(tmp_path, azure_conv, capsys):
     assert main(["run", "--trace", str(azure_conv), "--num-requests", "50", "--policy", "edf", "--slo-ttft-s", "2",
                  "--slo-tpot-s", "0.1", "--json", str(out)]) == 0
     assert json.loads(out.read_text())["num_finished"] == 50
+
+
+def test_shared_prefix_workload_from_the_command_line(tmp_path, capsys):
+    out = tmp_path / "o.json"
+    common = ["run", "--shared-prefix", "4,1024,64,32", "--num-requests", "200", "--rate", "20", "--json", str(out)]
+    assert main(common) == 0
+    shared = json.loads(out.read_text())
+    assert shared["num_finished"] == 200 and shared["workload"]["shared_prefix"] == [4, 1024, 64, 32]
+    assert shared["prefix_cache_hit_rate"] > 0.85  # all but each group's first prompt hit 1024 of 1088 tokens
+    assert main([*common, "--no-prefix-caching"]) == 0
+    assert json.loads(out.read_text())["kv_usage_max"] > shared["kv_usage_max"]
+    assert main(["run", "--shared-prefix", "4,1024,64,32", "--rate", "20"]) == 2
+    assert "--num-requests" in capsys.readouterr().err
