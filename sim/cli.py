@@ -66,6 +66,8 @@ def _add_sim_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--step-overhead-s", type=float, default=d.step_overhead_s)
     g = p.add_argument_group("simulator")
     g.add_argument("--no-fast-path", dest="fast_path", action="store_false", help="step one iteration at a time")
+    g.add_argument("--record-itl", action="store_true",
+                   help="keep every inter-token latency of every request (the itl_s column of --requests-csv)")
     g.add_argument("--timeseries-interval-s", type=float, default=None)
 
 
@@ -253,7 +255,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         doc = {**summary, "workload": {**source, "name": workload.name}, "config": config.to_dict()}
         Path(args.json).write_text(json.dumps(_jsonable(doc), indent=2) + "\n")
     if args.requests_csv:
-        result.requests.to_csv(args.requests_csv, index=False)
+        df = result.requests
+        if "itl_s" in df:  # a JSON list per cell: numpy's repr wraps lines and elides long arrays
+            df = df.assign(itl_s=[json.dumps(x.tolist()) if x is not None else "" for x in df.itl_s])
+        df.to_csv(args.requests_csv, index=False)
     if args.timeseries_csv:
         result.timeseries.to_csv(args.timeseries_csv, index=False)
     if args.plot:

@@ -59,6 +59,7 @@ class SimConfig:
     step_overhead_s: float = 0.002
     # the simulator itself
     fast_path: bool = True
+    record_itl: bool = False  # keep every inter-token latency of every request (memory: 8 bytes a token)
     timeseries_interval_s: float | None = None  # None: about 1,000 samples over the trace
     progress: bool = False
 

@@ -17,7 +17,9 @@ which the tests check on random workloads and configurations.
 from __future__ import annotations
 
 from collections.abc import Callable
+from itertools import accumulate
 
+import numpy as np
 import simpy
 
 from paged.scheduler_base import BaseScheduler
@@ -59,6 +61,10 @@ class Replica:
         self._step_ticks = 0
         self._window = None  # (steps, lines, batch size) of the window in progress
         self._k = 0  # uniform decode steps available now
+        # With per-token ITLs asked for: each unfinished request's token times (ticks), and the
+        # output counts of the unfinished requests when the step in progress began.
+        self.token_times: dict[str, list[int]] | None = {} if log.itl_s is not None else None
+        self._counts_before: list | None = None
         env.process(self._run())
 
     # -- the simpy process --------------------------------------------------------------------
@@ -121,6 +127,8 @@ class Replica:
     def _begin(self, now: int) -> int | None:
         """Start the next step at `now`; its duration in ticks, or None when there is nothing to run."""
         sched = self.scheduler
+        if self.token_times is not None:
+            self._counts_before = [(r, r.num_output_tokens) for r in sched.requests.values()]
         k = self._k
         if k:
             self._k = 0
@@ -173,6 +181,9 @@ class Replica:
             self._window = None
             n, lines, batch = win
             finished = sched.advance_decode_steps(n, now / TICKS_PER_S)
+            if self.token_times is not None:
+                durations = [step_duration(lines, j) for j in range(n)]
+                self._record_token_times(list(accumulate(durations, initial=now - sum(durations)))[1:])
             add_window_to_histogram(self.itl_hist, lines, n, batch)
             # the envelope of lines is convex in the step: its longest step is the first or the last
             self.longest_step.add(now, max(step_duration(lines, 0), step_duration(lines, n - 1)))
@@ -189,6 +200,8 @@ class Replica:
                     if gap > self.longest_stall.get(r.request_id, 0):
                         self.longest_stall[r.request_id] = gap
             finished = sched.update_from_output(out, None, now / TICKS_PER_S)
+            if self.token_times is not None:
+                self._record_token_times([now])
             self.longest_step.add(now, self._step_ticks)
             nd = out.num_decode_tokens
             if nd:
@@ -199,6 +212,9 @@ class Replica:
         if finished:
             record, index = self.log.record, self.index
             for req in finished:
+                if self.token_times is not None:
+                    times = self.token_times.pop(req.request_id, [])
+                    self.log.itl_s[int(req.request_id)] = np.diff(np.array(times, dtype=np.int64)) / TICKS_PER_S
                 stall = self.longest_stall.pop(req.request_id, 0)
                 if req.num_output_tokens > 1:
                     since = self.longest_step.since(to_ticks(req.first_token_time))
@@ -208,6 +224,17 @@ class Replica:
             self.outstanding -= len(finished)
         if self.fast_path:
             self._k = sched.max_uniform_decode_steps()
+
+    def _record_token_times(self, ends: list[int]) -> None:
+        """A request that made m tokens in the steps ending at `ends` made them in the first m:
+        a decoding request makes one a step until it stops (the scheduler says how many it made;
+        which requests, and when they stop, stays the scheduler's business)."""
+        times = self.token_times
+        for req, before in self._counts_before:
+            m = req.num_output_tokens - before
+            if m:
+                times.setdefault(req.request_id, []).extend(ends[:m])
+        self._counts_before = None
 
     # -- time series --------------------------------------------------------------------------
     def _sample(self, now: int) -> None:

@@ -18,9 +18,9 @@ class RequestLog:
     """One row per workload request, filled in when it leaves the system."""
 
     __slots__ = ("arrival_s", "first_scheduled_s", "first_token_s", "finished_s", "max_itl_s", "num_generated",
-                 "num_preemptions", "prefix_hit_tokens", "status", "replica")
+                 "num_preemptions", "prefix_hit_tokens", "status", "replica", "itl_s")
 
-    def __init__(self, n: int) -> None:
+    def __init__(self, n: int, record_itl: bool = False) -> None:
         # The arrival time as the scheduler saw it (on the tick grid), so that differences with
         # the times it recorded are exact.
         self.arrival_s = np.full(n, np.nan)
@@ -33,6 +33,8 @@ class RequestLog:
         self.prefix_hit_tokens = np.zeros(n, dtype=np.int32)
         self.status = np.full(n, -1, dtype=np.int8)  # a paged.RequestStatus value once done
         self.replica = np.full(n, -1, dtype=np.int16)
+        # every inter-token latency of every request, when asked for (a float array per request)
+        self.itl_s: list[np.ndarray | None] | None = [None] * n if record_itl else None
 
     def record(self, req: Request, replica: int, max_itl_s: float = np.nan) -> None:
         i = int(req.request_id)

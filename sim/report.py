@@ -77,9 +77,11 @@ class SimResult:
 
         Inter-token latencies: a request's mean ITL is its `tpot_s` (vLLM's definition, (E2E -
         TTFT) / (tokens - 1)), its longest is `max_itl_s` (a preemption stall shows there).
-        Every ITL of every request is not kept one by one: at ~200 tokens a request, a
-        million-request trace would hold 200M floats. Their distribution over all tokens is
-        the summary's `itl_s` (a log-binned histogram, filled exactly under the fast path)."""
+        Every ITL of every request, in order, is the `itl_s` column (an array per request) when
+        the run was asked for it (`SimConfig.record_itl`): off by default, as at ~200 tokens a
+        request a million-request trace would hold 200M floats, and recording visits every
+        running request at every step. Their distribution over all tokens is the summary's
+        `itl_s` either way (a log-binned histogram, filled exactly under the fast path)."""
         if self._requests is None:
             import pandas as pd
 
@@ -95,6 +97,8 @@ class SimResult:
                 "num_preemptions": lg.num_preemptions,
                 "status": pd.Categorical([names[int(s)] for s in lg.status]),
             })
+            if lg.itl_s is not None:
+                self._requests["itl_s"] = lg.itl_s
         return self._requests
 
     @property

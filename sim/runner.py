@@ -93,7 +93,7 @@ def simulate(workload: Workload, config: SimConfig | None = None, **overrides) -
     router = make_router(config.router, config.replicas, capacity_ids)
     interval = config.timeseries_interval_s or sample_interval_s(workload)
     env = simpy.Environment()
-    log = RequestLog(len(workload))
+    log = RequestLog(len(workload), config.record_itl)
     progress = None
     if config.progress:
         from tqdm import tqdm

@@ -67,4 +67,5 @@ def sim_configs(draw) -> SimConfig:
         batch_timeout_s=draw(st.sampled_from([0.0, 0.01, 0.05])),
         cost_model=draw(st.sampled_from(["roofline", TWO_PIECES, UNIT_STEPS])),
         timeseries_interval_s=draw(st.sampled_from([None, None, 0.01, 0.1])),
+        record_itl=draw(st.booleans()),
     )

@@ -166,3 +166,15 @@ def test_shared_prefix_workload_from_the_command_line(tmp_path, capsys):
     assert json.loads(out.read_text())["kv_usage_max"] > shared["kv_usage_max"]
     assert main(["run", "--shared-prefix", "4,1024,64,32", "--rate", "20"]) == 2
     assert "--num-requests" in capsys.readouterr().err
+
+
+def test_record_itl_writes_every_latency_as_a_json_list(tmp_path, azure_conv):
+    import pandas as pd
+
+    csv = tmp_path / "r.csv"
+    assert main(["run", "--trace", str(azure_conv), "--num-requests", "60", "--record-itl", "--requests-csv",
+                 str(csv), "--no-progress"]) == 0
+    df = pd.read_csv(csv)
+    itl = [json.loads(v) for v in df.itl_s]
+    assert [len(x) for x in itl] == (df.num_generated - 1).tolist() and max(map(len, itl)) > 100
+    assert all(abs(sum(x) - (f - t)) < 1e-9 for x, f, t in zip(itl, df.finished_s, df.first_token_s))

@@ -185,3 +185,23 @@ def test_busy_fraction_is_the_time_spent_in_steps():
     assert 0 < light["busy_fraction"] < 0.05  # ~12 steps of ~10 ms over ~10 s
     at_once = simulate(replace(w, arrival_s=np.zeros(2)), SimConfig(step_overhead_s=0.01)).summary()
     assert at_once["busy_fraction"] == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("static", [False, True])
+def test_recorded_inter_token_latencies_add_up(conv500, static):
+    """Every token after the first has its latency: they sum to the decode span (continuous
+    batching streams; a static batch's results come back at its end), the longest is
+    max_itl_s, with and without preemption."""
+    for blocks in (700, None):
+        config = SimConfig(num_gpu_blocks=blocks, record_itl=True, static_batching=static)
+        df = simulate(conv500.head(200), config).requests
+        assert [len(x) for x in df.itl_s] == (df.num_generated - 1).tolist()
+        sums = np.array([x.sum() for x in df.itl_s])
+        span = (df.finished_s - df.first_token_s).to_numpy()
+        if static:
+            assert (sums <= span + 1e-9).all()
+        else:
+            np.testing.assert_allclose(sums, span, atol=1e-9)
+            many = df.num_generated > 1
+            assert np.array_equal(np.array([x.max() for x in df.itl_s[many]]), df.max_itl_s[many].to_numpy())
+    assert "itl_s" not in simulate(conv500.head(20)).requests  # off by default
