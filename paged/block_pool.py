@@ -66,15 +66,9 @@ class BlockPool:
 
     def allocate(self) -> Block:
         """Hand out one block (the caller checked `num_free_blocks`), evicting its old hash."""
-        if self._plain:
-            b = self._plain.pop()
-        else:
-            _, b = self._lru.popitem(last=False)
-            h = b.block_hash
-            if self.cached.get(h) is b:
-                del self.cached[h]
-            b.block_hash = None
-            self.num_evictions += 1
+        if not self._plain:
+            return self._evict(1)[0]
+        b = self._plain.pop()
         b.ref_cnt = 1
         return b
 
@@ -88,8 +82,22 @@ class BlockPool:
         for b in blocks:
             b.ref_cnt = 1
         if k < n:
-            blocks += [self.allocate() for _ in range(n - k)]
+            blocks += self._evict(n - k)
         return blocks
+
+    def _evict(self, n: int) -> list[Block]:
+        """The n least recently freed cached blocks, their hashes forgotten, handed out.
+        One loop for all n: a long prompt on a warm cache evicts thousands at once."""
+        lru, cached = self._lru, self.cached
+        out = []
+        for _ in range(n):
+            _, b = lru.popitem(last=False)
+            del cached[b.block_hash]  # a block holds a hash only while the cache maps it to the block
+            b.block_hash = None
+            b.ref_cnt = 1
+            out.append(b)
+        self.num_evictions += n
+        return out
 
     def free(self, blocks) -> None:
         """Drop one reference from each block, in the order given (callers pass tail first)."""
@@ -112,11 +120,16 @@ class BlockPool:
             b.ref_cnt = 0
         self._plain.extend(blocks)
 
-    def cache(self, block: Block, block_hash) -> None:
-        """Register a full block under its hash; the first block to claim a hash keeps it."""
-        if self.enable_caching and block.block_hash is None and block_hash not in self.cached:
-            block.block_hash = block_hash
-            self.cached[block_hash] = block
+    def cache(self, blocks, block_hashes) -> None:
+        """Register full blocks under their hashes (pairwise); the first block to claim a hash
+        keeps it."""
+        if not self.enable_caching:
+            return
+        cached = self.cached
+        for b, h in zip(blocks, block_hashes):
+            if b.block_hash is None and h not in cached:
+                b.block_hash = h
+                cached[h] = b
 
     def reset_prefix_cache(self) -> None:
         """Forget every hash; free cached blocks become plain free blocks."""

@@ -65,7 +65,7 @@ def extend_block_hashes(request: Request, block_size: int, num_blocks: int) -> l
         if have < num_blocks:
             chain = hash_id_chain(request.prefix_hash_ids[:((num_blocks * block_size - 1) // id_size) + 1],
                                   request.extra_keys)
-            for i in range(have, num_blocks):
-                # The chained id covering the block's last token names every token up to it.
-                hashes.append(chain[((i + 1) * block_size - 1) // id_size] + i.to_bytes(4, "little"))
+            # The chained id covering the block's last token names every token up to it.
+            hashes.extend([chain[((i + 1) * block_size - 1) // id_size] + i.to_bytes(4, "little")
+                           for i in range(have, num_blocks)])
     return hashes

@@ -79,9 +79,8 @@ class KVCacheManager:
         if num_full <= table.num_cached_blocks:
             return
         hashes = extend_block_hashes(request, self.block_size, num_full)
-        cache = self.pool.cache
-        for i in range(table.num_cached_blocks, min(num_full, len(hashes))):
-            cache(table.blocks[i], hashes[i])
+        start, end = table.num_cached_blocks, min(num_full, len(hashes))
+        self.pool.cache(table.blocks[start:end], hashes[start:end])
         # Blocks whose content is unknown (a length-only trace) are never cached: skip them for good.
         table.num_cached_blocks = num_full
 

@@ -34,7 +34,7 @@ class BlockPoolMachine(RuleBasedStateMachine):
     @rule(i=st.integers(0, 100), h=st.integers(0, 5))
     def cache(self, i, h):
         blocks = self.holders[i % len(self.holders)]
-        self.pool.cache(blocks[0], ("h", h))
+        self.pool.cache(blocks[:1], [("h", h)])
 
     @rule(h=st.integers(0, 5))
     def hit(self, h):
@@ -63,8 +63,17 @@ class BlockPoolMachine(RuleBasedStateMachine):
 
     @invariant()
     def cache_map_is_consistent(self):
+        """Both ways: the map names blocks by their hash, and a block holds a hash only while
+        the map names it by that hash (eviction relies on it)."""
         for h, b in self.pool.cached.items():
             assert b.block_hash == h
+        for b in self.pool.blocks:
+            assert b.block_hash is None or self.pool.cached[b.block_hash] is b
+
+    @rule()
+    def reset_prefix_cache(self):
+        self.pool.reset_prefix_cache()
+        assert not self.pool.cached and all(b.block_hash is None for b in self.pool.blocks)
 
     def teardown(self):
         for blocks in self.holders:
@@ -80,7 +89,7 @@ def test_free_queue_evicts_uncached_first_then_lru_tail_first():
     pool = BlockPool(6)
     a = pool.allocate_n(3)  # a request's prefix: blocks 0, 1, 2
     for i, b in enumerate(a):
-        pool.cache(b, i)
+        pool.cache([b], [i])
     plain = pool.allocate_n(1)
     pool.free(reversed(a))  # tail first
     pool.free(plain)
@@ -94,7 +103,7 @@ def test_free_queue_evicts_uncached_first_then_lru_tail_first():
 def test_hit_on_free_cached_block_takes_it_off_the_free_queue():
     pool = BlockPool(2)
     (b,) = pool.allocate_n(1)
-    pool.cache(b, "x")
+    pool.cache([b], ["x"])
     pool.free([b])
     assert pool.num_free_blocks == 2
     hit = pool.get_cached("x")
