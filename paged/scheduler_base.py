@@ -66,7 +66,7 @@ class BaseScheduler:
         when it can never run: its prompt exceeds max_model_len or the whole cache."""
         if request.request_id in self.requests:
             raise ValueError(f"request id {request.request_id!r} is already in the scheduler")
-        request.seq = self._seq
+        request.seq = (self._seq, 0)
         self._seq += 1
         # The output stops at max_model_len (and at the cache's size): no request can outgrow
         # the cache on its own, which is what makes preemption always able to make progress.

@@ -31,6 +31,9 @@ def replay_requests(make, requests, fast: bool):
         out = s.schedule(t)
         if out.is_empty:
             t = min([out.next_wakeup or float("inf")] + [r.arrival_time for r in pending[:1]])
+            # liveness: idle with work left and nothing to wait for is a scheduler that hangs
+            assert t < float("inf") or not s.has_unfinished_requests(), \
+                f"the scheduler idles with unfinished requests: {s.stats()}"
             continue
         reqs += [r for r in s.update_from_output(out, None, t + 1) if r.parent is not None]
         t += 1

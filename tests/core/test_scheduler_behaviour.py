@@ -309,3 +309,22 @@ def test_no_preemption_that_cannot_make_room():
                           business_value=1.0, arrival_time=5.0))
     out = s.schedule(5.0)
     assert out.preempted == [] and low.num_preemptions == 0
+
+
+def test_parallel_samples_that_each_need_the_others_room_do_not_deadlock():
+    """Found by the thorough profile: two sequences of one n=2 request, preempted and
+    recomputing without a prefix cache, each held half of what the other needed; ranked equal,
+    neither could preempt the other and both waited forever. Family members now rank in order."""
+    s = Scheduler(CacheConfig(num_gpu_blocks=65, block_size=1, enable_prefix_caching=False, watermark=0.0),
+                  SchedulerConfig(max_num_seqs=5, max_num_batched_tokens=25, max_model_len=64,
+                                  long_prefill_token_threshold=20))
+    for i, (plen, max_tokens, n) in enumerate([(1, 1, 1), (1, 1, 1), (1, 1, 1), (1, 5, 1), (1, 5, 1), (55, 2, 2)]):
+        s.add_request(Request(f"{i}", num_prompt_tokens=plen,
+                              sampling_params=SamplingParams(max_tokens=max_tokens, ignore_eos=True, n=n)))
+    for step in range(200):
+        if not s.has_unfinished_requests():
+            break
+        out = s.schedule(float(step))
+        assert not out.is_empty, f"nothing scheduled with work left at step {step}: {s.stats()}"
+        s.update_from_output(out, None, float(step + 1))
+    assert not s.has_unfinished_requests() and s.num_finished == 7 and s.num_preemptions > 0
