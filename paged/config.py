@@ -18,7 +18,7 @@ PREEMPTION_MODES = ("recompute", "swap")
 def is_int(value) -> bool:
     """An integer (numpy's included, as sweeps produce them), and not a bool (True is an int to
     Python, never a block count to us)."""
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+    return type(value) is int or (isinstance(value, numbers.Integral) and not isinstance(value, bool))
 
 
 def _require(ok: bool, owner: str, field: str, value, expected: str) -> None:

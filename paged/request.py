@@ -177,10 +177,11 @@ class Request:
         self.last_token_time: float | None = None
         self.parent: Request | None = None
         self.index = 0
-        # (order of arrival in its scheduler, index in its parallel-sampling family): the last
-        # word of every policy's key. A strict order: of two requests one always ranks below the
-        # other, so two that each need room the other holds never both wait (a deadlock).
-        self.seq = (0, 0)
+        # Order of arrival in its scheduler, the n sequences of a parallel-sampling request
+        # numbered in a row: the last word of every policy's key. A strict order: of two
+        # requests one always ranks below the other, so two that each need room the other holds
+        # never both wait (a deadlock).
+        self.seq = 0
 
     # -- counters, lazy while the request is in the decode batch --------------------------------
     @property

@@ -348,7 +348,7 @@ class Scheduler(BaseScheduler):
                             business_value=parent.business_value, deadline=parent.deadline,
                             expected_output_tokens=parent.expected_output_tokens, extra_keys=parent.extra_keys)
             child.stop_token_ids = parent.stop_token_ids
-            child.parent, child.index, child.seq = parent, i, (parent.seq[0], i)  # just after its parent
+            child.parent, child.index, child.seq = parent, i, parent.seq + i  # just after its parent
             child.max_output_tokens = parent.max_output_tokens
             child.status = RequestStatus.RUNNING
             child._num_computed = parent._num_computed

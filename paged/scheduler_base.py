@@ -66,8 +66,8 @@ class BaseScheduler:
         when it can never run: its prompt exceeds max_model_len or the whole cache."""
         if request.request_id in self.requests:
             raise ValueError(f"request id {request.request_id!r} is already in the scheduler")
-        request.seq = (self._seq, 0)
-        self._seq += 1
+        request.seq = self._seq
+        self._seq += request.sampling_params.n  # room for the sequences it may fork into
         # The output stops at max_model_len (and at the cache's size): no request can outgrow
         # the cache on its own, which is what makes preemption always able to make progress.
         request.max_output_tokens = max(1, min(request.sampling_params.max_tokens,
