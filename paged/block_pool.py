@@ -64,13 +64,15 @@ class BlockPool:
                 del lru[b.block_id]
             b.ref_cnt += 1
 
-    def allocate(self) -> Block:
-        """Hand out one block (the caller checked `num_free_blocks`), evicting its old hash."""
-        if not self._plain:
-            return self._evict(1)[0]
-        b = self._plain.pop()
-        b.ref_cnt = 1
-        return b
+    def allocate(self) -> Block | None:
+        """Hand out one block, evicting its old hash; None when none is free (one call, not a
+        check and a call: the decode hot path asks this once per block boundary)."""
+        plain = self._plain
+        if plain:
+            b = plain.pop()
+            b.ref_cnt = 1
+            return b
+        return self._evict(1)[0] if self._lru else None
 
     def allocate_n(self, n: int) -> list[Block]:
         plain = self._plain

@@ -147,10 +147,10 @@ class KVCacheManager:
 
     def append_block(self, request: Request) -> bool:
         """One more block for a decoding request crossing into a new block (the hot path)."""
-        pool = self.pool
-        if not pool.num_free_blocks:
+        block = self.pool.allocate()
+        if block is None:
             return False
-        self.tables[request.request_id].append(pool.allocate())
+        self.tables[request.request_id].append(block)
         self.num_table_slots += self.block_size
         return True
 
