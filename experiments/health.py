@@ -106,14 +106,18 @@ def verdicts(table: pd.DataFrame) -> list[Verdict]:
                      f"{full.ttft_s_p99.iloc[0]:.1f} s and queue depth {full.queue_depth.iloc[0]:.1f}"
                      ) if len(full) else "KV usage < 60% at every load"
         healthy.append(bool(d.healthy.any()))
-        texts.append(f"{name}: {fast_text}; {full_text}; > 500 tokens/s per GPU from "
-                     f"{d[d.tokens_ok].load_of_saturation.min():.0%} load; failures {percent(d.failure_rate.max())}")
+        fast_tokens = d[d.tokens_ok]
+        tokens_text = (f"> 500 tokens/s per GPU from {fast_tokens.load_of_saturation.min():.0%} load"
+                       if len(fast_tokens) else "<= 500 tokens/s per GPU at every load")
+        texts.append(f"{name}: {fast_text}; {full_text}; {tokens_text}; failures {percent(d.failure_rate.max())}")
+    in_band_and_slow = table[table.kv_ok & ~table.latency_ok]
+    closing = (". KV usage climbs into the band only near saturation, where the queue builds and the tail latency "
+               "breaks: 60-90% KV usage is the sign of a deployment at its limit, not a target to run at."
+               if len(in_band_and_slow) and not any(healthy) else ".")
     return [Verdict(
         "Healthy: KV usage 60-90%, P99 latency < 1 s, > 500 tokens/s per GPU, failure rate < 0.1%",
         outcome(all(healthy), partly=any(healthy)),
-        f"{sum(healthy)} of {len(healthy)} deployments meet all four at one load. " + ". ".join(texts) + ". KV "
-        "usage climbs into the band only near saturation, where the queue builds and the tail latency breaks: "
-        "60-90% KV usage is the sign of a deployment at its limit, not a target to run at.")]
+        f"{sum(healthy)} of {len(healthy)} deployments meet all four at one load. " + ". ".join(texts) + closing)]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -207,7 +207,7 @@ class Scheduler(BaseScheduler):
         out.num_prefill_tokens += n
         out.prefill_attention_pairs += n * req._num_computed + n * (n + 1) // 2
 
-    def _running(self):
+    def running_requests(self):
         yield from self.decode.members
         yield from self.prefilling
 
@@ -215,7 +215,7 @@ class Scheduler(BaseScheduler):
         """The running request the policy values least; with `lower_than`, only if it ranks
         below that request (a request never preempts its betters)."""
         key = self.policy.victim_key
-        victim = max(self._running(), key=key, default=None)
+        victim = max(self.running_requests(), key=key, default=None)
         if victim is not None and lower_than is not None and (victim is lower_than or key(victim) <= key(lower_than)):
             return None
         return victim
@@ -227,7 +227,7 @@ class Scheduler(BaseScheduler):
         throws work away)."""
         vkey = self.policy.victim_key
         rank = vkey(req)
-        lower = [r for r in self._running() if vkey(r) > rank]
+        lower = [r for r in self.running_requests() if vkey(r) > rank]
         have = 0
         for r in lower:
             have += self._seqs_of(r) if blocked == "seqs" else self.kv.num_exclusive_blocks(r)

@@ -39,6 +39,10 @@ class BaseScheduler:
     def num_running(self) -> int:
         raise NotImplementedError
 
+    def running_requests(self):
+        """The requests that may take part in the next step (an iterable)."""
+        raise NotImplementedError
+
     def _remove(self, req: Request) -> None:
         """Take an unfinished request out of the scheduler's queues and batches."""
         raise NotImplementedError

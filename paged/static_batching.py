@@ -43,6 +43,9 @@ class StaticBatchScheduler(BaseScheduler):
     def num_running(self) -> int:
         return len(self.batch)
 
+    def running_requests(self):
+        return iter(self.batch)
+
     def _reserved_tokens(self, req: Request) -> int:
         return req.num_prompt_tokens + req.max_output_tokens if self.reserve == "max_tokens" else self.max_len
 

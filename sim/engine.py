@@ -62,7 +62,7 @@ class Replica:
         self._window = None  # (steps, lines, batch size) of the window in progress
         self._k = 0  # uniform decode steps available now
         # With per-token ITLs asked for: each unfinished request's token times (ticks), and the
-        # output counts of the unfinished requests when the step in progress began.
+        # output counts of the running requests when the step in progress began.
         self.token_times: dict[str, list[int]] | None = {} if log.itl_s is not None else None
         self._counts_before: list | None = None
         env.process(self._run())
@@ -127,8 +127,6 @@ class Replica:
     def _begin(self, now: int) -> int | None:
         """Start the next step at `now`; its duration in ticks, or None when there is nothing to run."""
         sched = self.scheduler
-        if self.token_times is not None:
-            self._counts_before = [(r, r.num_output_tokens) for r in sched.requests.values()]
         k = self._k
         if k:
             self._k = 0
@@ -155,8 +153,12 @@ class Replica:
                 self.num_window_steps += n
                 self.itl_weighted_ticks += d * batch
                 self.busy_ticks += d
+                if self.token_times is not None:
+                    self._count_outputs()
                 return d
         out = sched.schedule(now / TICKS_PER_S)
+        if self.token_times is not None:  # after schedule(): who runs, admitted ones included
+            self._count_outputs()
         if out.is_empty and not out.preempted:
             if sched.has_unfinished_requests() and out.next_wakeup is None:
                 raise RuntimeError(f"replica {self.index}: the scheduler has unfinished requests but scheduled "
@@ -224,6 +226,10 @@ class Replica:
             self.outstanding -= len(finished)
         if self.fast_path:
             self._k = sched.max_uniform_decode_steps()
+
+    def _count_outputs(self) -> None:
+        """Each running request's output count as the step (or window) begins."""
+        self._counts_before = [(r, r.num_output_tokens) for r in self.scheduler.running_requests()]
 
     def _record_token_times(self, ends: list[int]) -> None:
         """A request that made m tokens in the steps ending at `ends` made them in the first m:

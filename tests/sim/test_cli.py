@@ -166,6 +166,13 @@ def test_shared_prefix_workload_from_the_command_line(tmp_path, capsys):
     assert json.loads(out.read_text())["kv_usage_max"] > shared["kv_usage_max"]
     assert main(["run", "--shared-prefix", "4,1024,64,32", "--rate", "20"]) == 2
     assert "--num-requests" in capsys.readouterr().err
+    for extra, what in ((["--num-requests", "0"], "num_requests=0"), (["--num-requests", "9", "--start-s", "5"],
+                                                                       "--start-s/--duration-s select a window")):
+        assert main(["run", "--shared-prefix", "4,1024,64,32", "--rate", "20", *extra]) == 2
+        assert what in capsys.readouterr().err
+    assert main(["run", "--shared-prefix", "4,1024,64,32", "--rate", "20", "--num-requests", "9", "--policy",
+                 "edf"]) == 2
+    assert "shared-prefix(G=4,P=1024) has no slo_s column" in capsys.readouterr().err
 
 
 def test_record_itl_writes_every_latency_as_a_json_list(tmp_path, azure_conv):
