@@ -21,7 +21,6 @@ import numpy as np
 import pandas as pd
 from common import (
     COLORS,
-    SATURATION,
     Verdict,
     at_load,
     azure_conv,
@@ -29,6 +28,7 @@ from common import (
     outcome,
     parse_args,
     report,
+    saturation_throughput,
     write_csv,
     write_png,
 )
@@ -52,15 +52,11 @@ def run(workload: Workload, config: SimConfig) -> dict:
     return row
 
 
-def saturation(workload: Workload, config: SimConfig) -> float:
-    return simulate(at_load(workload, SATURATION), config).summary()["throughput_req_s"]
-
-
 def timeout_sweep(workloads: dict[str, tuple[Workload, list[float]]]) -> pd.DataFrame:
     rows = []
     for name, (w, fractions) in workloads.items():
         static = SimConfig(static_batching=True, static_batch_size=STATIC)
-        sat = saturation(w, static)
+        sat = saturation_throughput(w, static)
         for frac in fractions:
             for t in TIMEOUTS_S:
                 row = run(at_load(w, frac * sat), SimConfig(static_batching=True, static_batch_size=STATIC,
@@ -72,7 +68,7 @@ def timeout_sweep(workloads: dict[str, tuple[Workload, list[float]]]) -> pd.Data
 
 def batch_size_sweep(workload: Workload, fractions: list[float], sizes: list[int]) -> pd.DataFrame:
     rows = []
-    sat = saturation(workload, SimConfig())
+    sat = saturation_throughput(workload, SimConfig())
     for frac in fractions:
         w = at_load(workload, frac * sat)
         for system, b in [("paged", b) for b in sizes] + [("static", b) for b in (4, 8)]:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sim import Workload, get_model, load_workload
+from sim import SimConfig, Workload, get_model, load_workload, simulate
 
 REPO = Path(__file__).resolve().parent.parent
 TRACES = REPO / "traces"
@@ -92,6 +92,11 @@ def at_load(workload: Workload, qps: float) -> Workload:
         return workload.scale_time(1e-12)
     native = (len(workload) - 1) / workload.arrival_s[-1]
     return workload.scale_time(native / qps)
+
+
+def saturation_throughput(workload: Workload, config: SimConfig) -> float:
+    """Requests per second `config` serves with every request queued at t=0: its capacity."""
+    return simulate(at_load(workload, SATURATION), config).summary()["throughput_req_s"]
 
 
 def log_x(ax, ticks, label: str) -> None:

@@ -18,7 +18,18 @@ import sys
 
 import numpy as np
 import pandas as pd
-from common import SATURATION, Verdict, at_load, azure_conv, outcome, parse_args, percent, report, write_csv, write_png
+from common import (
+    Verdict,
+    at_load,
+    azure_conv,
+    outcome,
+    parse_args,
+    percent,
+    report,
+    saturation_throughput,
+    write_csv,
+    write_png,
+)
 
 from sim import SimConfig, Workload, simulate
 from sim.plots import figure
@@ -57,7 +68,7 @@ def sweep(workload: Workload, fractions: list[float]) -> pd.DataFrame:
     rows = []
     for model, hardware in DEPLOYMENTS:
         config = SimConfig(model=model, hardware=hardware)
-        sat = simulate(at_load(workload, SATURATION), config).summary()["throughput_req_s"]
+        sat = saturation_throughput(workload, config)
         for frac in fractions:
             rows.append({"deployment": f"{model} / {hardware}", "load_of_saturation": frac, "offered_qps": frac * sat,
                          **run(at_load(workload, frac * sat), config)})

@@ -42,7 +42,18 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
-from common import SATURATION, Verdict, at_load, azure_conv, log_x, outcome, parse_args, report, write_csv, write_png
+from common import (
+    Verdict,
+    at_load,
+    azure_conv,
+    log_x,
+    outcome,
+    parse_args,
+    report,
+    saturation_throughput,
+    write_csv,
+    write_png,
+)
 
 from paged.engine import EngineConfig, LLMEngine, SamplingParams
 from paged.engine.profile import FEATURES, ProfileGrid, profile, write_profile
@@ -378,7 +389,7 @@ def run(args: argparse.Namespace, setup: Setup) -> int:
     config = sim_config(engine, profile_path)
 
     trace = scaled_slice(setup)
-    capacity = simulate(at_load(trace, SATURATION), config).summary()["throughput_req_s"]
+    capacity = saturation_throughput(trace, config)
     workload = at_load(trace, setup.load * capacity)
     sim = simulate(workload, config)
     predicted = sim.requests[["arrival_s", "first_token_s", "finished_s", "num_generated", "num_preemptions"]]

@@ -87,7 +87,7 @@ def check_paged_attention(
     check_kv_cache(key_cache, value_cache, k_scale, v_scale, like)
     num_tokens, num_heads, head_dim = query.shape
     num_blocks, block_size, num_kv_heads, _ = key_cache.shape
-    if num_kv_heads == 0 or num_heads % num_kv_heads != 0:
+    if num_heads % num_kv_heads != 0:  # (check_kv_cache refused num_kv_heads == 0)
         _fail("query", f"num_heads {num_heads} is not a multiple of the cache's num_kv_heads {num_kv_heads}")
     if not isinstance(scale, (int, float)) or isinstance(scale, bool) or not math.isfinite(scale):
         _fail("scale", f"expected a finite real number, got {scale!r}")

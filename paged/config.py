@@ -21,6 +21,11 @@ def is_int(value) -> bool:
     return type(value) is int or (isinstance(value, numbers.Integral) and not isinstance(value, bool))
 
 
+def is_number(value) -> bool:
+    """A real number (numpy's included), and not a bool."""
+    return type(value) in (int, float) or (isinstance(value, numbers.Real) and not isinstance(value, bool))
+
+
 def _require(ok: bool, owner: str, field: str, value, expected: str) -> None:
     if not ok:
         raise ValueError(f"{owner}.{field}={value!r}: expected {expected}")
@@ -50,8 +55,8 @@ class CacheConfig:
                  "CacheConfig", "num_gpu_blocks", self.num_gpu_blocks, "an integer >= 1")
         _require(is_int(self.num_cpu_blocks) and self.num_cpu_blocks >= 0,
                  "CacheConfig", "num_cpu_blocks", self.num_cpu_blocks, "an integer >= 0")
-        _require(isinstance(self.watermark, (int, float)) and not isinstance(self.watermark, bool)
-                 and 0.0 <= self.watermark < 1.0, "CacheConfig", "watermark", self.watermark, "a value in [0, 1)")
+        _require(is_number(self.watermark) and 0.0 <= self.watermark < 1.0,
+                 "CacheConfig", "watermark", self.watermark, "a value in [0, 1)")
 
     @property
     def watermark_blocks(self) -> int:

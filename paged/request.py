@@ -11,7 +11,7 @@ import enum
 import math
 from dataclasses import dataclass, field
 
-from .config import is_int
+from .config import is_int, is_number
 
 
 class RequestStatus(enum.IntEnum):
@@ -56,26 +56,21 @@ class SamplingParams:
         if self.stop_token_ids is None:
             self.stop_token_ids = []
 
-        integer = is_int
         if self.top_k == -1:  # vLLM's spelling of "off", as 0 is here
             self.top_k = 0
-
-        def number(x) -> bool:
-            return isinstance(x, (int, float)) and not isinstance(x, bool)
-
         checks = [
-            (integer(self.max_tokens) and self.max_tokens >= 1, "max_tokens", "an integer >= 1"),
-            (number(self.temperature) and self.temperature >= 0.0, "temperature", "a number >= 0"),
-            (integer(self.top_k) and self.top_k >= 0, "top_k", "an integer >= 0 (0 or -1 = off)"),
-            (number(self.top_p) and 0.0 < self.top_p <= 1.0, "top_p", "a number in (0, 1]"),
-            (integer(self.n) and self.n >= 1, "n", "an integer >= 1"),
+            (is_int(self.max_tokens) and self.max_tokens >= 1, "max_tokens", "an integer >= 1"),
+            (is_number(self.temperature) and self.temperature >= 0.0, "temperature", "a number >= 0"),
+            (is_int(self.top_k) and self.top_k >= 0, "top_k", "an integer >= 0 (0 or -1 = off)"),
+            (is_number(self.top_p) and 0.0 < self.top_p <= 1.0, "top_p", "a number in (0, 1]"),
+            (is_int(self.n) and self.n >= 1, "n", "an integer >= 1"),
             # a per-sequence generator is seeded with seed + its index: keep it in torch's range
-            (self.seed is None or (integer(self.seed) and 0 <= self.seed < 2**62), "seed",
+            (self.seed is None or (is_int(self.seed) and 0 <= self.seed < 2**62), "seed",
              "None or an integer in [0, 2**62)"),
             (isinstance(self.stop, (list, tuple)) and all(isinstance(x, str) and x for x in self.stop), "stop",
              "a string or a list of non-empty strings"),
             (isinstance(self.stop_token_ids, (list, tuple, set, frozenset))
-             and all(integer(x) for x in self.stop_token_ids), "stop_token_ids", "a list of integers"),
+             and all(is_int(x) for x in self.stop_token_ids), "stop_token_ids", "a list of integers"),
         ]
         for ok, name, expected in checks:
             if not ok:

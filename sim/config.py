@@ -7,10 +7,9 @@ be carried from the simulator to a real deployment unchanged.
 from __future__ import annotations
 
 import math
-import numbers
 from dataclasses import dataclass, fields
 
-from paged.config import is_int
+from paged.config import is_int, is_number
 from paged.policies import Policy
 from paged.static_batching import RESERVE_MODES
 
@@ -84,8 +83,7 @@ class SimConfig:
         require(self.batch_timeout_s >= 0, "batch_timeout_s", ">= 0")
         w = self.priority_weights
         require(w is None or (self.policy == "priority" and len(w) == 3
-                              and all(isinstance(x, numbers.Real) and not isinstance(x, bool) and math.isfinite(x)
-                                      for x in w)),
+                              and all(is_number(x) and math.isfinite(x) for x in w)),
                 "priority_weights", "three finite numbers (a, b, c), with policy 'priority'")
         if w is not None:
             self.priority_weights = tuple(float(x) for x in w)  # plain floats, for the JSON record

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
-from paged.config import is_int
+from paged.config import is_int, is_number
 from paged.policies import Policy
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -61,9 +61,6 @@ class EngineConfig:
 
     def __post_init__(self) -> None:
         # Checked before the model loads (which takes seconds), and before any division by them.
-        def number(x) -> bool:
-            return isinstance(x, (int, float)) and not isinstance(x, bool)
-
         _require(self.dtype == "auto" or self.dtype in DTYPES, "dtype", self.dtype, f"'auto' or one of {list(DTYPES)}")
         _require(isinstance(self.device, str) and (self.device in ("auto", "cpu") or self.device.startswith("cuda")),
                  "device", self.device, "'auto', 'cpu' or 'cuda[:N]'")
@@ -75,9 +72,9 @@ class EngineConfig:
         _require(self.kv_cache_memory_bytes is None or (is_int(self.kv_cache_memory_bytes)
                                                         and self.kv_cache_memory_bytes > 0),
                  "kv_cache_memory_bytes", self.kv_cache_memory_bytes, "a positive integer number of bytes")
-        _require(number(self.gpu_memory_utilization) and 0.0 < self.gpu_memory_utilization <= 1.0,
+        _require(is_number(self.gpu_memory_utilization) and 0.0 < self.gpu_memory_utilization <= 1.0,
                  "gpu_memory_utilization", self.gpu_memory_utilization, "a fraction in (0, 1]")
-        _require(number(self.swap_space) and self.swap_space >= 0, "swap_space", self.swap_space, "GiB >= 0")
+        _require(is_number(self.swap_space) and self.swap_space >= 0, "swap_space", self.swap_space, "GiB >= 0")
         _require(self.num_gpu_blocks is None or (is_int(self.num_gpu_blocks) and self.num_gpu_blocks >= 1),
                  "num_gpu_blocks", self.num_gpu_blocks, "an integer >= 1")
         _require(self.num_cpu_blocks is None or (is_int(self.num_cpu_blocks) and self.num_cpu_blocks >= 0),
