@@ -17,8 +17,10 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(PY) -m sim demo
 
-test: $(STAMP)
+lint: $(STAMP)
 	$(PY) -m ruff check .
+
+test: lint
 	HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-ci} $(PY) -m pytest -q
 
 bench: $(STAMP)

@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 from common import COLORS, Verdict, at_load, azure_conv, outcome, parse_args, percent, report, write_csv, write_png
 
-from paged.policies import FCFS, Priority
+from paged.core.policies import FCFS, Priority
 from sim import SimConfig, Workload, simulate
 from sim.plots import figure
 

@@ -1,17 +1,26 @@
-"""The shared paged-KV core: block pool, prefix cache, KV manager, scheduler, policies.
+"""paged: one paged-KV core, several drivers (see docs/architecture.md).
 
-Pure Python (no torch, no simpy, no clock): the simulator and the engine drive these same
-classes through the contract in `scheduler.py`.
+`paged.core` is pure Python (no torch, no simpy, no HTTP, no clock); `paged.engine` (torch)
+and `paged.serve` (HTTP) drive it, and so does the simulator (`sim`). Importing `paged`
+imports only the core; the public names below are the core's.
 """
-from .block_pool import Block, BlockPool
-from .block_table import BlockTable
-from .config import CacheConfig, SchedulerConfig
-from .kv_cache import KVCacheManager
-from .metrics import SchedulerStats
-from .outputs import SchedulerOutput
-from .policies import POLICIES, Policy, make_policy
-from .request import Request, RequestStatus, SamplingParams
-from .scheduler import Scheduler
+from .core import (
+    POLICIES,
+    Block,
+    BlockPool,
+    BlockTable,
+    CacheConfig,
+    KVCacheManager,
+    Policy,
+    Request,
+    RequestStatus,
+    SamplingParams,
+    Scheduler,
+    SchedulerConfig,
+    SchedulerOutput,
+    SchedulerStats,
+    make_policy,
+)
 
 __all__ = [
     "Block", "BlockPool", "BlockTable", "CacheConfig", "SchedulerConfig", "KVCacheManager", "SchedulerStats",

@@ -15,7 +15,7 @@ import argparse
 import time
 
 from . import CacheConfig, Request, SamplingParams, SchedulerConfig
-from .scheduler import Scheduler
+from .core.scheduler import Scheduler
 
 PROMPT = 512
 BLOCK = 16

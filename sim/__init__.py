@@ -5,17 +5,8 @@ in place of the GPU.
     result = simulate(load_workload("traces/azure_llm_2023_conv.csv"), SimConfig(model="llama-2-7b"))
     result.summary(); result.requests; result.timeseries; result.goodput(1.0, 0.1)
 """
-from .config import ROUTERS, SimConfig
-from .cost_model import CostModel, RooflineParams, roofline_cost_model
-from .hardware import HARDWARE, HardwareSpec, get_hardware
-from .memory import KVPlan, plan_kv_cache
-from .models import KV_DTYPES, MODELS, ModelSpec, get_model
-from .profiled import ProfileFit, fit_profile
-from .report import SimResult, format_summary
-from .runner import simulate
-from .sweep import grid, sweep
-from .traces import TraceError, read_trace
-from .workload import (
+from paged.workloads.traces import TraceError, read_trace
+from paged.workloads.workload import (
     Workload,
     lengths_workload,
     load_workload,
@@ -23,6 +14,16 @@ from .workload import (
     shared_prefix_workload,
     synthetic_arrivals,
 )
+
+from .cost_model import CostModel, RooflineParams, roofline_cost_model
+from .hardware import HARDWARE, HardwareSpec, get_hardware
+from .memory import KVPlan, plan_kv_cache
+from .models import KV_DTYPES, MODELS, ModelSpec, get_model
+from .profiled import ProfileFit, fit_profile
+from .report import SimResult, format_summary
+from .runner import simulate
+from .sim_config import ROUTERS, SimConfig
+from .sweep import grid, sweep
 
 __all__ = [
     "ROUTERS", "SimConfig", "CostModel", "RooflineParams", "roofline_cost_model", "HARDWARE", "HardwareSpec",

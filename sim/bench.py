@@ -23,7 +23,7 @@ import sys
 import time
 
 from .cli import AZURE_CONV
-from .config import SimConfig
+from .sim_config import SimConfig
 
 # SimConfig overrides per case. azure-h100: shorter steps (GQA, faster memory), so more steps
 # between arrivals, which is where the fast path pays.
@@ -31,8 +31,9 @@ CASES = {"azure": {}, "azure-h100": {"model": "llama-3-8b", "hardware": "h100"},
 
 
 def run_case(name: str, num_requests: int | None, fast_path: bool, rate: float) -> dict:
+    from paged.workloads.workload import lengths_workload, load_workload, sample_lengths
+
     from .runner import simulate
-    from .workload import lengths_workload, load_workload, sample_lengths
 
     conv = load_workload(AZURE_CONV, max_model_len=4096)
     config = SimConfig(fast_path=fast_path, **CASES[name])

@@ -15,7 +15,7 @@ import math
 import sys
 from pathlib import Path
 
-from .config import ROUTERS, SimConfig
+from .sim_config import ROUTERS, SimConfig
 
 REPO = Path(__file__).resolve().parent.parent
 AZURE_CONV = REPO / "traces" / "azure_llm_2023_conv.csv"
@@ -212,9 +212,10 @@ def _jsonable(x):
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from paged.workloads.workload import load_workload, select, shared_prefix_workload
+
     from .report import format_summary
     from .runner import simulate
-    from .workload import load_workload, select, shared_prefix_workload
 
     if (args.trace is None) == (args.shared_prefix is None):
         raise SystemExit("run: give --trace PATH or --shared-prefix G,P,S,O (or `trace:` in --config), not both")
@@ -271,10 +272,11 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    from paged.workloads.workload import load_workload
+
     from .models import get_model
     from .report import format_summary
     from .runner import simulate
-    from .workload import load_workload
 
     config = SimConfig(model="llama-2-7b", hardware="a100-80gb")
     workload = load_workload(AZURE_CONV, num_requests=args.num_requests,
@@ -304,11 +306,11 @@ def cmd_fit(args: argparse.Namespace) -> int:
 
 
 def cmd_list(_args: argparse.Namespace) -> int:
-    from paged.policies import POLICIES
+    from paged.core.policies import POLICIES
+    from paged.workloads.traces import FORMATS
 
     from .hardware import HARDWARE
     from .models import KV_DTYPES, MODELS
-    from .traces import FORMATS
 
     for title, names in (("models", MODELS), ("hardware", HARDWARE), ("routers", ROUTERS), ("policies", POLICIES),
                          ("kv cache dtypes", KV_DTYPES), ("trace formats", FORMATS)):

@@ -10,14 +10,14 @@ from __future__ import annotations
 import numpy as np
 import simpy
 
-from paged.request import Request, SamplingParams
-from paged.scheduler_base import BaseScheduler
+from paged.core.request import Request, SamplingParams
+from paged.core.scheduler_base import BaseScheduler
+from paged.workloads.workload import Workload
 
 from .clock import MAX_TRACE_SPAN_S, TICKS_PER_S, UrgentTimeout
 from .cost_model import CostModel
-from .engine import Replica
 from .recorder import RequestLog, TimeSeries
-from .workload import Workload
+from .replica import Replica
 
 
 class Cluster:
@@ -76,5 +76,5 @@ class Cluster:
                       prefix_hash_ids=w.prefix_ids(i) if w.prefix_index is not None else None,
                       hash_id_block_size=w.hash_id_block_size, **extra)
         replicas = self.replicas
-        r = replicas[0] if len(replicas) == 1 else replicas[self.router.route(req, replicas)]
+        r = replicas[0] if len(replicas) == 1 else replicas[self.router.route(req.prefix_hash_ids, replicas)]
         r.add(req, t)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from paged.request import Request
+from paged.core.request import Request
 
 TIMESERIES_COLUMNS = ("time_s", "kv_usage", "kv_tokens", "fragmentation", "num_running", "num_waiting",
                       "num_swapped", "batch_tokens")

@@ -11,12 +11,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from paged.request import RequestStatus
+from paged.core.request import RequestStatus
+from paged.workloads.workload import Workload
 
 from .clock import TICKS_PER_S
 from .recorder import RequestLog
 from .window import bin_value
-from .workload import Workload
 
 LATENCIES = ("queueing_delay_s", "ttft_s", "tpot_s", "e2e_s")
 FINISHED = (RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH)

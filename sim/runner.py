@@ -9,22 +9,22 @@ from dataclasses import replace
 import numpy as np
 import simpy
 
-from paged.config import CacheConfig, SchedulerConfig
-from paged.policies import Priority
-from paged.scheduler import Scheduler
-from paged.static_batching import StaticBatchScheduler
+from paged.core.config import CacheConfig, SchedulerConfig
+from paged.core.policies import Priority
+from paged.core.routing import make_router
+from paged.core.scheduler import Scheduler
+from paged.core.static_batching import StaticBatchScheduler
+from paged.workloads.workload import Workload
 
 from .clock import TICKS_PER_S, to_ticks
 from .cluster import Cluster
-from .config import SimConfig
 from .cost_model import CostModel, RooflineParams, roofline_cost_model
 from .hardware import get_hardware
 from .memory import plan_kv_cache
 from .models import get_model
 from .recorder import TIMESERIES_COLUMNS, RequestLog
 from .report import SimResult
-from .router import make_router
-from .workload import Workload
+from .sim_config import SimConfig
 
 
 def build_cost_model(config: SimConfig) -> CostModel:

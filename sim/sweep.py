@@ -10,8 +10,9 @@ import itertools
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 
-from .config import SimConfig
-from .workload import Workload
+from paged.workloads.workload import Workload
+
+from .sim_config import SimConfig
 
 
 def grid(base: SimConfig | None = None, **axes) -> list[SimConfig]:

@@ -9,10 +9,10 @@ the core (`paged`) never does.
 from paged import SamplingParams
 
 from .async_llm import AsyncLLM
-from .config import EngineConfig
 from .engine import LLMEngine
+from .engine_config import EngineConfig
 from .llm import LLM
-from .outputs import CompletionOutput, RequestMetrics, RequestOutput
+from .request_output import CompletionOutput, RequestMetrics, RequestOutput
 
 __all__ = ["LLM", "AsyncLLM", "LLMEngine", "EngineConfig", "SamplingParams", "RequestOutput", "CompletionOutput",
            "RequestMetrics"]

@@ -11,8 +11,8 @@ import time
 
 from paged import SamplingParams
 
-from .config import EngineConfig
 from .engine import LLMEngine
+from .engine_config import EngineConfig
 from .profile import ProfileGrid, profile, write_profile
 
 

@@ -17,9 +17,9 @@ from collections.abc import AsyncIterator
 
 from paged import SamplingParams
 
-from .config import EngineConfig
 from .engine import LLMEngine, Prompt
-from .outputs import RequestOutput
+from .engine_config import EngineConfig
+from .request_output import RequestOutput
 
 
 class AsyncLLM:

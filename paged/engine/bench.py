@@ -39,7 +39,7 @@ TRACE = Path(__file__).resolve().parents[2] / "traces" / "azure_llm_2023_conv.cs
 def load_requests(trace: Path, num: int, input_scale: float, output_scale: float, vocab: int,
                   seed: int = 0) -> list[tuple[list[int], int]]:
     """(prompt token ids, output length) for the trace's first `num` rows, lengths scaled."""
-    from sim.traces import read_trace
+    from paged.workloads.traces import read_trace
 
     rng = random.Random(seed)
     rows = read_trace(trace)

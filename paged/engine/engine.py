@@ -22,12 +22,18 @@ import warnings
 import torch
 
 from paged import CacheConfig, Request, RequestStatus, SamplingParams, SchedulerConfig
-from paged.scheduler import Scheduler
+from paged.core.scheduler import Scheduler
+from paged.core.scheduler_base import BaseScheduler
 
 from .cache_engine import CacheEngine
-from .config import DEFAULT_CPU_KV_CACHE_BYTES, DEFAULT_MAX_NUM_BATCHED_TOKENS, DEFAULT_MAX_NUM_SEQS, EngineConfig
+from .engine_config import (
+    DEFAULT_CPU_KV_CACHE_BYTES,
+    DEFAULT_MAX_NUM_BATCHED_TOKENS,
+    DEFAULT_MAX_NUM_SEQS,
+    EngineConfig,
+)
 from .loader import load_model
-from .outputs import RequestOutput
+from .request_output import RequestOutput
 from .request_state import RequestState
 from .runner import ModelRunner
 from .sampler import Sampler
@@ -67,7 +73,7 @@ class LLMEngine:
             num_cpu_blocks = int(config.swap_space * (1 << 30)) // block_bytes
             if not num_cpu_blocks and config.preemption_mode == "swap":
                 num_cpu_blocks = num_gpu_blocks
-        self.scheduler = Scheduler(
+        self.scheduler: BaseScheduler = Scheduler(
             CacheConfig(num_gpu_blocks=num_gpu_blocks, block_size=config.block_size, num_cpu_blocks=num_cpu_blocks,
                         enable_prefix_caching=config.enable_prefix_caching, watermark=config.watermark),
             SchedulerConfig(max_num_seqs=config.max_num_seqs or min(DEFAULT_MAX_NUM_SEQS, max_tokens),

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .models.config import ModelConfig
+from .models.model_config import ModelConfig
 
 _ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM"}
 _LAYER_NAMES = {

@@ -11,11 +11,11 @@ any step runs, and leaves the engine as it was.
 from __future__ import annotations
 
 from paged import SamplingParams
-from paged.scheduler import Scheduler
+from paged.core.scheduler import Scheduler
 
-from .config import EngineConfig
 from .engine import LLMEngine, Prompt
-from .outputs import RequestOutput
+from .engine_config import EngineConfig
+from .request_output import RequestOutput
 
 
 class LLM:

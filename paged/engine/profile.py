@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import torch
 
 from paged import CacheConfig, Request, SamplingParams, SchedulerConfig, SchedulerOutput
-from paged.scheduler import Scheduler
+from paged.core.scheduler import Scheduler
 
 from .engine import LLMEngine
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from paged import Request, RequestStatus, SamplingParams
 
-from .outputs import CompletionOutput, RequestMetrics, RequestOutput
+from .request_output import CompletionOutput, RequestMetrics, RequestOutput
 from .tokenizer import IncrementalDetokenizer, Tokenizer
 
 

@@ -19,7 +19,7 @@ import torch
 
 from paged import KVCacheManager, Request, SchedulerOutput
 
-from .attention import AttentionMetadata
+from .attention_layer import AttentionMetadata
 from .cache_engine import CacheEngine
 from .sampler import Sampler, SampleRow
 

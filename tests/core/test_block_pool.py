@@ -3,7 +3,7 @@ import hypothesis.strategies as st
 import pytest
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from paged.block_pool import BlockPool
+from paged.core.block_pool import BlockPool
 
 NUM_BLOCKS = 12
 

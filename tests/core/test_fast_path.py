@@ -1,7 +1,7 @@
 """The exact fast path: k uniform decode steps at once give what k single steps give."""
 from hypothesis import given, settings
 
-from paged.static_batching import StaticBatchScheduler
+from paged.core.static_batching import StaticBatchScheduler
 
 from .workloads import configs, make_request, new_scheduler, request_specs
 
@@ -66,7 +66,7 @@ def test_static_batching_fast_path_equals_stepping(cfg, specs):
 def test_fast_path_takes_long_windows():
     """A lone batch with room to spare runs to its first finish in one window."""
     from paged import CacheConfig, Request, SchedulerConfig
-    from paged.scheduler import Scheduler
+    from paged.core.scheduler import Scheduler
 
     s = Scheduler(CacheConfig(num_gpu_blocks=100, block_size=4), SchedulerConfig(max_num_seqs=4,
                                                                                   max_num_batched_tokens=64))
@@ -85,7 +85,7 @@ def test_lpm_head_change_inside_a_window_matches_stepping():
     """Under LPM the head can change as decode blocks evict cached prefixes: no window may hide
     an admission that stepping would make (here a 1-sequence request behind a 3-sequence one)."""
     from paged import CacheConfig, Request, SamplingParams, SchedulerConfig
-    from paged.scheduler import Scheduler
+    from paged.core.scheduler import Scheduler
 
     def make():
         return Scheduler(CacheConfig(num_gpu_blocks=12, block_size=4, watermark=0.0),

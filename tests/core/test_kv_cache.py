@@ -53,11 +53,11 @@ class KVMachine(RuleBasedStateMachine):
         if not self.kv.allocate_slots(req, n, hits):
             assert req.request_id not in self.kv.tables
             return
-        req._num_computed = num_hit
+        req.num_computed_base = num_hit
         self._apply_copies()
         self._write(req, num_hit, num_hit + n)
-        req._num_computed += n
-        self.kv.cache_full_blocks(req, req._num_computed)
+        req.num_computed_base += n
+        self.kv.cache_full_blocks(req, req.num_computed_base)
         self.active[req.request_id] = req
 
     @precondition(lambda self: self.active)
@@ -65,17 +65,17 @@ class KVMachine(RuleBasedStateMachine):
     def step(self, i, chunk, tok):
         """Compute a chunk of a request; once its prompt is done, sample a token and decode."""
         req = list(self.active.values())[i % len(self.active)]
-        c = req._num_computed
+        c = req.num_computed_base
         if c == req.num_tokens:
             req.output_token_ids.append(tok)
-            req._num_output += 1
+            req.num_output_base += 1
         n = min(chunk, req.num_tokens - c)
         if not self.kv.allocate_slots(req, n):
             return
         self._apply_copies()
         self._write(req, c, c + n)
-        req._num_computed += n
-        self.kv.cache_full_blocks(req, req._num_computed)
+        req.num_computed_base += n
+        self.kv.cache_full_blocks(req, req.num_computed_base)
 
     @precondition(lambda self: self.active)
     @rule(i=st.integers(0, 99))
@@ -84,8 +84,8 @@ class KVMachine(RuleBasedStateMachine):
         child = Request(f"r{self.n}", parent.prompt_token_ids, max_tokens=4)
         self.n += 1
         child.output_token_ids = list(parent.output_token_ids)
-        child._num_output = parent._num_output
-        child._num_computed = parent._num_computed
+        child.num_output_base = parent.num_output_base
+        child.num_computed_base = parent.num_computed_base
         self.kv.fork(parent, child)
         self.active[child.request_id] = child
 
@@ -118,7 +118,7 @@ class KVMachine(RuleBasedStateMachine):
             self.content[g] = dict(self.cpu_content[c])
         del self.swapped[req.request_id]
         self.active[req.request_id] = req
-        self.kv.cache_full_blocks(req, req._num_computed)
+        self.kv.cache_full_blocks(req, req.num_computed_base)
 
     @invariant()
     def ref_counts_equal_holders(self):
@@ -133,7 +133,7 @@ class KVMachine(RuleBasedStateMachine):
     @invariant()
     def tables_cover_exactly_the_computed_tokens(self):
         for req in self.active.values():
-            assert len(self.kv.block_table(req)) == -(-req._num_computed // BS)
+            assert len(self.kv.block_table(req)) == -(-req.num_computed_base // BS)
 
     @invariant()
     def cached_blocks_hold_their_tokens(self):
@@ -157,7 +157,7 @@ def test_hit_never_covers_the_last_prompt_token():
     kv = KVCacheManager(CacheConfig(num_gpu_blocks=8, block_size=4))
     a = Request("a", list(range(8)), max_tokens=1)
     assert kv.allocate_slots(a, 8)
-    a._num_computed = 8
+    a.num_computed_base = 8
     kv.cache_full_blocks(a, 8)
     b = Request("b", list(range(8)), max_tokens=1)
     hits, n = kv.get_computed_blocks(b)
@@ -180,7 +180,7 @@ def test_mooncake_hash_ids_give_hits_at_a_smaller_block_size():
     kv = KVCacheManager(CacheConfig(num_gpu_blocks=200, block_size=16))
     a = Request("a", num_prompt_tokens=1100, max_tokens=1, prefix_hash_ids=[7, 8, 9])
     assert kv.allocate_slots(a, 1100)
-    a._num_computed = 1100
+    a.num_computed_base = 1100
     kv.cache_full_blocks(a, 1100)
     b = Request("b", num_prompt_tokens=1024 + 40, max_tokens=1, prefix_hash_ids=[7, 8, 10])
     _, hit = kv.get_computed_blocks(b)
@@ -209,7 +209,7 @@ def test_host_blocks_being_swapped_in_are_not_reused_within_the_step():
     a, b = Request("a", list(range(4)), max_tokens=1), Request("b", list(range(10, 14)), max_tokens=1)
     for r in (a, b):
         assert kv.allocate_slots(r, 4)
-        r._num_computed = 4
+        r.num_computed_base = 4
     (_, host), = kv.swap_out(a)
     kv.end_step()
     assert kv.swap_in(a) == [(host, kv.block_table(a).block_ids[0])]
@@ -222,9 +222,9 @@ def test_copy_on_write_source_stays_reserved_until_the_copy_is_taken():
     kv = KVCacheManager(CacheConfig(num_gpu_blocks=4, block_size=4))
     a = Request("a", list(range(6)), max_tokens=4)
     assert kv.allocate_slots(a, 6)
-    a._num_computed = 6
+    a.num_computed_base = 6
     child = Request("c", list(range(6)), max_tokens=4)
-    child._num_computed = 6
+    child.num_computed_base = 6
     kv.fork(a, child)
     shared = kv.block_table(a).block_ids[1]
     assert kv.allocate_slots(child, 1)  # copies the half-full shared block

@@ -10,7 +10,7 @@ import dataclasses
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from paged.policies import Priority
+from paged.core.policies import Priority
 
 from .workloads import (
     FINISHED,

@@ -2,9 +2,9 @@
 import pytest
 
 from paged import CacheConfig, Request, RequestStatus, SamplingParams, SchedulerConfig
-from paged.policies import Priority
-from paged.scheduler import Scheduler
-from paged.static_batching import StaticBatchScheduler
+from paged.core.policies import Priority
+from paged.core.scheduler import Scheduler
+from paged.core.static_batching import StaticBatchScheduler
 
 from .workloads import holders_match_ref_counts
 
@@ -265,7 +265,7 @@ def test_static_batching_rejects_parallel_sampling():
 def test_a_policy_whose_keys_tie_is_fine():
     from dataclasses import dataclass
 
-    from paged.policies import Policy
+    from paged.core.policies import Policy
 
     @dataclass(slots=True)
     class Lottery(Policy):

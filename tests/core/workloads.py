@@ -4,7 +4,7 @@ import zlib
 import hypothesis.strategies as st
 
 from paged import CacheConfig, Request, RequestStatus, SamplingParams, SchedulerConfig
-from paged.scheduler import Scheduler
+from paged.core.scheduler import Scheduler
 
 MAX_MODEL_LEN = 64
 PREFIX = list(range(100, 140))

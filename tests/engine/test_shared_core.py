@@ -4,9 +4,9 @@ from pathlib import Path
 
 import paged
 import paged.engine
+from paged.core.kv_cache import KVCacheManager
+from paged.core.scheduler import Scheduler
 from paged.engine import LLM, SamplingParams
-from paged.kv_cache import KVCacheManager
-from paged.scheduler import Scheduler
 
 from .conftest import TINY
 

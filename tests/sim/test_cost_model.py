@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 
-from paged.outputs import SchedulerOutput
+from paged.core.scheduler_output import SchedulerOutput
 from sim import fit_profile, get_hardware, get_model, plan_kv_cache, roofline_cost_model, simulate
 from sim.clock import TICKS_PER_S
 from sim.profiled import ProfiledCostModel

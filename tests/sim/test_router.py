@@ -1,18 +1,16 @@
 """Routers' decisions on hand-made replica states."""
 from types import SimpleNamespace
 
-from paged import Request
-from sim.router import make_router
+from paged.core.routing import make_router
 
 
 def replicas(outstanding, used=None, blocks=100):
     used = used or [0] * len(outstanding)
-    return [SimpleNamespace(outstanding=o, used_blocks=u, pool=SimpleNamespace(num_blocks=blocks))
-            for o, u in zip(outstanding, used, strict=True)]
+    return [SimpleNamespace(outstanding=o, kv_usage=u / blocks) for o, u in zip(outstanding, used, strict=True)]
 
 
 def req(ids=None):
-    return Request("r", num_prompt_tokens=64, max_tokens=4, prefix_hash_ids=ids, hash_id_block_size=16)
+    return ids
 
 
 def test_round_robin_cycles():

@@ -5,8 +5,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-import paged.scheduler
-from paged.static_batching import StaticBatchScheduler
+import paged.core.scheduler
+from paged.core.static_batching import StaticBatchScheduler
 from sim import SimConfig, Workload, load_workload, shared_prefix_workload, simulate
 
 
@@ -17,7 +17,7 @@ def conv500(azure_conv):
 
 def test_uses_the_shared_scheduler_class_itself(conv500):
     r = simulate(conv500, SimConfig(replicas=2))
-    assert [type(s) for s in r.schedulers] == [paged.scheduler.Scheduler] * 2
+    assert [type(s) for s in r.schedulers] == [paged.core.scheduler.Scheduler] * 2
 
 
 def test_records_are_consistent(conv500):

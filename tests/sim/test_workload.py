@@ -4,8 +4,8 @@ import json
 import numpy as np
 import pytest
 
+from paged.workloads.traces import detect_format
 from sim import TraceError, load_workload, sample_lengths, shared_prefix_workload, synthetic_arrivals
-from sim.traces import detect_format
 
 
 def test_real_traces_load_with_their_documented_facts(traces):

@@ -1,8 +1,8 @@
 """Model registry: Hugging Face architecture name -> the module that runs it on the paged cache."""
 from __future__ import annotations
 
-from .config import ARCHITECTURES, ModelConfig
 from .llama import LlamaForCausalLM
+from .model_config import ARCHITECTURES, ModelConfig
 
 # Mistral and Qwen2 are Llama with other defaults (a sliding window, a q/k/v bias): `ModelConfig` says which.
 MODEL_REGISTRY = dict.fromkeys(ARCHITECTURES, LlamaForCausalLM)

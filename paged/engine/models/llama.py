@@ -17,8 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..attention import AttentionMetadata, PagedAttention
-from .config import ModelConfig
+from ..attention_layer import AttentionMetadata, PagedAttention
+from .model_config import ModelConfig
 from .rotary import RotaryEmbedding, apply_rotary
 
 

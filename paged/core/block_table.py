@@ -58,10 +58,6 @@ class BlockTable:
                              f"({len(self.blocks)} blocks of {self.block_size} tokens)")
         return self.blocks[i].block_id, offset
 
-    def slot(self, token_idx: int) -> int:
-        block_id, offset = self.lookup(token_idx)
-        return block_id * self.block_size + offset
-
     def slot_mapping(self, start: int, end: int) -> list[int]:
         """Physical slots of tokens start..end-1, in the flat `block_id * block_size + offset` form."""
         if start < 0 or end > self.num_slots or start > end:

@@ -22,10 +22,10 @@ from __future__ import annotations
 
 from .config import CacheConfig, SchedulerConfig
 from .decode_batch import DecodeBatch
-from .outputs import SchedulerOutput
 from .request import Request, RequestStatus
 from .request_queue import RequestQueue
 from .scheduler_base import BaseScheduler
+from .scheduler_output import SchedulerOutput
 
 
 class Scheduler(BaseScheduler):
@@ -47,11 +47,11 @@ class Scheduler(BaseScheduler):
     def _remove(self, req: Request) -> None:
         st = req.status
         if st == RequestStatus.RUNNING:
-            if req._batch is not None:
+            if req.decode_batch is not None:
                 self.decode.leave(req)
             else:
                 del self.prefilling[req]
-            self.kv.cache_full_blocks(req, req._num_computed)
+            self.kv.cache_full_blocks(req, req.num_computed_base)
         elif st == RequestStatus.WAITING:
             self.waiting.discard(req)
         elif st == RequestStatus.SWAPPED:
@@ -68,7 +68,7 @@ class Scheduler(BaseScheduler):
         crossers = dec.crossers()
         if crossers:
             for req in list(crossers):
-                if req._batch is not dec:
+                if req.decode_batch is not dec:
                     continue  # preempted above to make room
                 while not kv.append_block(req):
                     victim = self._pick_victim()
@@ -86,7 +86,7 @@ class Scheduler(BaseScheduler):
             for req in sorted(self.prefilling, key=victim_key):
                 if req.status != RequestStatus.RUNNING or budget <= 0:
                     continue
-                n = min(req.num_tokens - req._num_computed, budget, threshold)
+                n = min(req.num_tokens - req.num_computed_base, budget, threshold)
                 while not kv.allocate_slots(req, n):
                     victim = self._pick_victim(lower_than=req)
                     if victim is None:
@@ -144,7 +144,7 @@ class Scheduler(BaseScheduler):
     @staticmethod
     def _seqs_of(req: Request) -> int:
         """Sequences a request will run as: n for a parallel-sampling request not yet forked."""
-        return req.sampling_params.n if req.parent is None and req._num_output == 0 else 1
+        return req.sampling_params.n if req.parent is None and req.num_output_base == 0 else 1
 
     def _num_seqs_reserved(self) -> int:
         """Running sequences, counting the children that running parents will fork into."""
@@ -168,9 +168,9 @@ class Scheduler(BaseScheduler):
         self.swapped.pop()
         out.blocks_to_swap_in.extend(mapping)
         req.status = RequestStatus.RUNNING
-        kv.cache_full_blocks(req, req._num_computed)
+        kv.cache_full_blocks(req, req.num_computed_base)
         self.prefilling[req] = None
-        n = min(req.num_tokens - req._num_computed, budget, threshold)
+        n = min(req.num_tokens - req.num_computed_base, budget, threshold)
         if not kv.allocate_slots(req, n):
             return None, 0  # back, but it waits (running, holding its blocks) for room
         self._schedule_prefill(req, n, out)
@@ -191,7 +191,7 @@ class Scheduler(BaseScheduler):
             return "blocks", kv.blocks_short(req, n, hits, reserve)
         self.waiting.pop()
         req.status = RequestStatus.RUNNING
-        req._num_computed = num_hit
+        req.num_computed_base = num_hit
         kv.record_prefix_query(req.num_tokens, num_hit)
         if req.num_cached_tokens < 0:
             req.num_cached_tokens = num_hit
@@ -205,7 +205,7 @@ class Scheduler(BaseScheduler):
         out.prefill_requests.append(req)
         out.prefill_num_tokens.append(n)
         out.num_prefill_tokens += n
-        out.prefill_attention_pairs += n * req._num_computed + n * (n + 1) // 2
+        out.prefill_attention_pairs += n * req.num_computed_base + n * (n + 1) // 2
 
     def running_requests(self):
         yield from self.decode.members
@@ -239,7 +239,7 @@ class Scheduler(BaseScheduler):
         """Preempt a running request (swap or recompute); returns the budget it gave back."""
         kv = self.kv
         gave = 0
-        if req._batch is not None:
+        if req.decode_batch is not None:
             self.decode.leave(req)
             req.last_token_time = self._now  # its last decode step ended as this one is scheduled
             gave = 1
@@ -250,22 +250,22 @@ class Scheduler(BaseScheduler):
                 n = out.prefill_num_tokens.pop(i)
                 out.prefill_requests.pop(i)
                 out.num_prefill_tokens -= n
-                out.prefill_attention_pairs -= n * req._num_computed + n * (n + 1) // 2
+                out.prefill_attention_pairs -= n * req.num_computed_base + n * (n + 1) // 2
                 gave = n
         req.num_preemptions += 1
         self.num_preemptions += 1
         out.preempted.append(req)
         # Whatever this step allocated for it will not run: its copy-on-write and fresh blocks go.
         kv.undo_copy_on_write(req)
-        kv.trim(req, req._num_computed)
+        kv.trim(req, req.num_computed_base)
         mapping = kv.swap_out(req) if self.config.preemption_mode == "swap" else None
         if mapping is not None:
             out.blocks_to_swap_out.extend(mapping)
             self.swapped.push(req)
         else:
-            kv.cache_full_blocks(req, req._num_computed)
+            kv.cache_full_blocks(req, req.num_computed_base)
             kv.free(req)
-            req._num_computed = 0
+            req.num_computed_base = 0
             self.waiting.push(req)
         return gave
 
@@ -280,7 +280,7 @@ class Scheduler(BaseScheduler):
         stopped: list[Request] = []
         if sampled_tokens is not None:
             for req in out.decode_requests:
-                if req._batch is dec:
+                if req.decode_batch is dec:
                     tok = sampled_tokens[req.request_id][0]
                     req.output_token_ids.append(tok)
                     if tok in req.stop_token_ids:
@@ -297,15 +297,15 @@ class Scheduler(BaseScheduler):
         kv = self.kv
         num_cached = len(kv.pool.cached)
         for req, n in zip(out.prefill_requests, out.prefill_num_tokens, strict=True):
-            if req.status != RequestStatus.RUNNING or req._batch is not None:
+            if req.status != RequestStatus.RUNNING or req.decode_batch is not None:
                 continue  # aborted since the step was scheduled
-            req._num_computed += n
-            kv.cache_full_blocks(req, req._num_computed)
-            if req._num_computed < req.num_tokens:
+            req.num_computed_base += n
+            kv.cache_full_blocks(req, req.num_computed_base)
+            if req.num_computed_base < req.num_tokens:
                 continue  # more prompt to go
             toks = sampled_tokens[req.request_id] if sampled_tokens is not None else None
             family = self._fork(req, toks) if (req.sampling_params.n > 1 and req.parent is None
-                                                 and req._num_output == 0) else [(req, toks)]
+                                                 and req.num_output_base == 0) else [(req, toks)]
             for r, t in family:
                 self._sampled(r, t, now, finished)
         if len(kv.pool.cached) != num_cached:
@@ -314,7 +314,7 @@ class Scheduler(BaseScheduler):
 
     def _sampled(self, req: Request, toks, now: float, finished: list[Request]) -> None:
         """A request produced a token at the end of a non-decode step: finish it or let it decode."""
-        req._num_output += 1
+        req.num_output_base += 1
         req.last_token_time = now
         if req.first_token_time is None:
             req.first_token_time = now
@@ -323,7 +323,7 @@ class Scheduler(BaseScheduler):
             req.output_token_ids.append(toks[0])
             if toks[0] in req.stop_token_ids:
                 status = RequestStatus.FINISHED_STOPPED
-        if status is None and req._num_output >= req.max_output_tokens:
+        if status is None and req.num_output_base >= req.max_output_tokens:
             status = RequestStatus.FINISHED_LENGTH
         if status is not None:
             self._finish(req, status, now)
@@ -351,7 +351,7 @@ class Scheduler(BaseScheduler):
             child.parent, child.index, child.seq = parent, i, parent.seq + i  # just after its parent
             child.max_output_tokens = parent.max_output_tokens
             child.status = RequestStatus.RUNNING
-            child._num_computed = parent._num_computed
+            child.num_computed_base = parent.num_computed_base
             child.num_cached_tokens = parent.num_cached_tokens
             child.first_scheduled_time = parent.first_scheduled_time
             self.kv.fork(parent, child)
@@ -376,12 +376,9 @@ class Scheduler(BaseScheduler):
         return dec.steps_with_blocks(self.kv.num_free_blocks, k)
 
     def uniform_step_shape(self) -> tuple[int, int]:
-        """(num_decode_tokens, decode_context_sum) of the next decode step; each later step of a
-        uniform window adds num_decode_tokens to the context sum."""
         return len(self.decode.members), self.decode.context_sum
 
     def block_needs(self, k: int) -> list[int]:
-        """New blocks each of the next k uniform decode steps allocates."""
         return self.decode.block_needs(k)
 
     def advance_decode_steps(self, k: int, now: float) -> list[Request]:
@@ -405,7 +402,7 @@ class Scheduler(BaseScheduler):
 
     # -- figures ------------------------------------------------------------------------------
     def _num_computed_running(self) -> int:
-        return self.decode.context_sum - len(self.decode.members) + sum(r._num_computed for r in self.prefilling)
+        return self.decode.context_sum - len(self.decode.members) + sum(r.num_computed_base for r in self.prefilling)
 
     def _queue_depth(self) -> tuple[int, int]:
         return len(self.waiting), len(self.swapped)

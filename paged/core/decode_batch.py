@@ -36,16 +36,16 @@ class DecodeBatch:
         return len(self.members)
 
     def join(self, req: Request) -> None:
-        c = req._num_computed
+        c = req.num_computed_base
         clock = self.clock
-        req._batch = self
-        req._clock0 = clock
+        req.decode_batch = self
+        req.batch_clock0 = clock
         self.members[req] = None
         p = (clock - c) % self.block_size
         self.buckets[p][req] = None
         self._bucket_sizes[p] += 1
-        fin = clock + req.max_output_tokens - req._num_output
-        req._finish_clock = fin
+        fin = clock + req.max_output_tokens - req.num_output_base
+        req.finish_clock = fin
         lst = self.finish_at.get(fin)
         if lst is None:
             self.finish_at[fin] = [req]
@@ -56,21 +56,21 @@ class DecodeBatch:
 
     def leave(self, req: Request) -> None:
         """Take a member out and write its counters back as plain values."""
-        c0 = req._num_computed
-        d = self.clock - req._clock0
+        c0 = req.num_computed_base
+        d = self.clock - req.batch_clock0
         del self.members[req]
-        p = (req._clock0 - c0) % self.block_size
+        p = (req.batch_clock0 - c0) % self.block_size
         del self.buckets[p][req]
         self._bucket_sizes[p] -= 1
-        due = self.finish_at.get(req._finish_clock)
+        due = self.finish_at.get(req.finish_clock)
         if due is not None:  # (absent when it leaves because it finished)
             due.remove(req)
             if not due:
-                del self.finish_at[req._finish_clock]
-        req._num_computed = c0 + d
-        req._num_output += d
-        req._batch = None
-        req._finish_clock = -1
+                del self.finish_at[req.finish_clock]
+        req.num_computed_base = c0 + d
+        req.num_output_base += d
+        req.decode_batch = None
+        req.finish_clock = -1
         self.context_sum -= c0 + d + 1
 
     def crossers(self) -> dict[Request, None]:

@@ -9,13 +9,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, fields
 
-from paged.config import is_int, is_number
-from paged.policies import Policy
-from paged.static_batching import RESERVE_MODES
+from paged.core.policies import Policy
+from paged.core.routing import ROUTERS
+from paged.core.static_batching import RESERVE_MODES
+from paged.core.validation import is_int, is_number, is_power_of_two, require
 
 from .cost_model import CostModel
-
-ROUTERS = ("round_robin", "least_outstanding", "least_kv", "prefix_aware")
 
 
 @dataclass(slots=True)
@@ -63,35 +62,34 @@ class SimConfig:
     progress: bool = False
 
     def __post_init__(self) -> None:
-        def require(ok: bool, name: str, expected: str) -> None:
-            if not ok:
-                raise ValueError(f"SimConfig.{name}={getattr(self, name)!r}: expected {expected}")
+        def check(ok: bool, name: str, expected: str) -> None:
+            require(ok, "SimConfig", name, getattr(self, name), expected)
 
-        require(is_int(self.tp) and self.tp >= 1, "tp", "an integer >= 1")
-        require(is_int(self.replicas) and self.replicas >= 1, "replicas", "an integer >= 1")
+        check(is_int(self.tp) and self.tp >= 1, "tp", "an integer >= 1")
+        check(is_int(self.replicas) and self.replicas >= 1, "replicas", "an integer >= 1")
         # checked here as well as by CacheConfig: the memory plan divides by it first
         bs = self.block_size
-        require(is_int(bs) and bs >= 1 and bs & (bs - 1) == 0, "block_size", "a power of two >= 1")
-        require(self.router in ROUTERS, "router", f"one of {list(ROUTERS)}")
-        require(self.num_gpu_blocks is None or (is_int(self.num_gpu_blocks) and self.num_gpu_blocks >= 1),
+        check(is_power_of_two(bs), "block_size", "a power of two >= 1")
+        check(self.router in ROUTERS, "router", f"one of {list(ROUTERS)}")
+        check(self.num_gpu_blocks is None or (is_int(self.num_gpu_blocks) and self.num_gpu_blocks >= 1),
                 "num_gpu_blocks", "None or an integer >= 1")
-        require(self.swap_space_gib >= 0, "swap_space_gib", ">= 0")
-        require(self.max_model_len is None or (is_int(self.max_model_len) and self.max_model_len >= 2),
+        check(self.swap_space_gib >= 0, "swap_space_gib", ">= 0")
+        check(self.max_model_len is None or (is_int(self.max_model_len) and self.max_model_len >= 2),
                 "max_model_len", "None or an integer >= 2")
-        require(is_int(self.static_batch_size) and self.static_batch_size >= 1, "static_batch_size",
+        check(is_int(self.static_batch_size) and self.static_batch_size >= 1, "static_batch_size",
                 "an integer >= 1")
-        require(self.batch_timeout_s >= 0, "batch_timeout_s", ">= 0")
+        check(self.batch_timeout_s >= 0, "batch_timeout_s", ">= 0")
         w = self.priority_weights
-        require(w is None or (self.policy == "priority" and len(w) == 3
+        check(w is None or (self.policy == "priority" and len(w) == 3
                               and all(is_number(x) and math.isfinite(x) for x in w)),
                 "priority_weights", "three finite numbers (a, b, c), with policy 'priority'")
         if w is not None:
             self.priority_weights = tuple(float(x) for x in w)  # plain floats, for the JSON record
-        require(self.static_reserve in RESERVE_MODES, "static_reserve", f"one of {list(RESERVE_MODES)}")
-        require(0 < self.mfu_efficiency <= 1, "mfu_efficiency", "a value in (0, 1]")
-        require(0 < self.bandwidth_efficiency <= 1, "bandwidth_efficiency", "a value in (0, 1]")
-        require(self.step_overhead_s >= 0, "step_overhead_s", ">= 0")
-        require(self.timeseries_interval_s is None or self.timeseries_interval_s > 0, "timeseries_interval_s",
+        check(self.static_reserve in RESERVE_MODES, "static_reserve", f"one of {list(RESERVE_MODES)}")
+        check(0 < self.mfu_efficiency <= 1, "mfu_efficiency", "a value in (0, 1]")
+        check(0 < self.bandwidth_efficiency <= 1, "bandwidth_efficiency", "a value in (0, 1]")
+        check(self.step_overhead_s >= 0, "step_overhead_s", ">= 0")
+        check(self.timeseries_interval_s is None or self.timeseries_interval_s > 0, "timeseries_interval_s",
                 "None or > 0")
 
     def to_dict(self) -> dict:

@@ -5,30 +5,12 @@ construction, so a typo in a sweep fails at once instead of producing a strange 
 """
 from __future__ import annotations
 
-import numbers
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from .policies import Policy
+from .policies import POLICIES, Policy
+from .validation import is_int, is_number, is_power_of_two, require
 
 PREEMPTION_MODES = ("recompute", "swap")
-
-
-def is_int(value) -> bool:
-    """An integer (numpy's included, as sweeps produce them), and not a bool (True is an int to
-    Python, never a block count to us)."""
-    return type(value) is int or (isinstance(value, numbers.Integral) and not isinstance(value, bool))
-
-
-def is_number(value) -> bool:
-    """A real number (numpy's included), and not a bool."""
-    return type(value) in (int, float) or (isinstance(value, numbers.Real) and not isinstance(value, bool))
-
-
-def _require(ok: bool, owner: str, field: str, value, expected: str) -> None:
-    if not ok:
-        raise ValueError(f"{owner}.{field}={value!r}: expected {expected}")
 
 
 @dataclass(slots=True)
@@ -49,13 +31,13 @@ class CacheConfig:
 
     def __post_init__(self) -> None:
         bs = self.block_size
-        _require(is_int(bs) and bs > 0 and bs & (bs - 1) == 0,
+        require(is_power_of_two(bs),
                  "CacheConfig", "block_size", bs, "a power of two >= 1")
-        _require(is_int(self.num_gpu_blocks) and self.num_gpu_blocks > 0,
+        require(is_int(self.num_gpu_blocks) and self.num_gpu_blocks > 0,
                  "CacheConfig", "num_gpu_blocks", self.num_gpu_blocks, "an integer >= 1")
-        _require(is_int(self.num_cpu_blocks) and self.num_cpu_blocks >= 0,
+        require(is_int(self.num_cpu_blocks) and self.num_cpu_blocks >= 0,
                  "CacheConfig", "num_cpu_blocks", self.num_cpu_blocks, "an integer >= 0")
-        _require(is_number(self.watermark) and 0.0 <= self.watermark < 1.0,
+        require(is_number(self.watermark) and 0.0 <= self.watermark < 1.0,
                  "CacheConfig", "watermark", self.watermark, "a value in [0, 1)")
 
     @property
@@ -84,31 +66,30 @@ class SchedulerConfig:
     preemption_mode: str = "recompute"
 
     def __post_init__(self) -> None:
-        from .policies import POLICIES, Policy  # policies import the request module only
 
-        _require(is_int(self.max_num_seqs) and self.max_num_seqs >= 1,
+        require(is_int(self.max_num_seqs) and self.max_num_seqs >= 1,
                  "SchedulerConfig", "max_num_seqs", self.max_num_seqs, "an integer >= 1")
-        _require(is_int(self.max_model_len) and self.max_model_len >= 1,
+        require(is_int(self.max_model_len) and self.max_model_len >= 1,
                  "SchedulerConfig", "max_model_len", self.max_model_len, "an integer >= 1")
         # Every running sequence decodes one token a step, so the budget must cover them all.
-        _require(is_int(self.max_num_batched_tokens)
+        require(is_int(self.max_num_batched_tokens)
                  and self.max_num_batched_tokens >= self.max_num_seqs,
                  "SchedulerConfig", "max_num_batched_tokens", self.max_num_batched_tokens,
                  f">= max_num_seqs ({self.max_num_seqs})")
         if not self.enable_chunked_prefill:
             # Without chunking a whole prompt must fit in one step's budget.
-            _require(self.max_num_batched_tokens >= self.max_model_len,
+            require(self.max_num_batched_tokens >= self.max_model_len,
                      "SchedulerConfig", "max_num_batched_tokens", self.max_num_batched_tokens,
                      f">= max_model_len ({self.max_model_len}) when chunked prefill is disabled")
-        _require(is_int(self.long_prefill_token_threshold) and self.long_prefill_token_threshold >= 0,
+        require(is_int(self.long_prefill_token_threshold) and self.long_prefill_token_threshold >= 0,
                  "SchedulerConfig", "long_prefill_token_threshold", self.long_prefill_token_threshold,
                  "an integer >= 0 (0 = no cap)")
-        _require(isinstance(self.policy, Policy) or self.policy in POLICIES, "SchedulerConfig", "policy",
+        require(isinstance(self.policy, Policy) or self.policy in POLICIES, "SchedulerConfig", "policy",
                  self.policy, f"one of {sorted(POLICIES)} or a Policy instance")
-        _require(self.preemption_mode in PREEMPTION_MODES, "SchedulerConfig", "preemption_mode",
+        require(self.preemption_mode in PREEMPTION_MODES, "SchedulerConfig", "preemption_mode",
                  self.preemption_mode, f"one of {list(PREEMPTION_MODES)}")
 
     def check_block_size(self, block_size: int) -> None:
         """A budget below one block cannot make progress on a fresh block; refuse it up front."""
-        _require(self.max_num_batched_tokens >= block_size, "SchedulerConfig", "max_num_batched_tokens",
+        require(self.max_num_batched_tokens >= block_size, "SchedulerConfig", "max_num_batched_tokens",
                  self.max_num_batched_tokens, f">= block_size ({block_size})")

@@ -22,7 +22,7 @@ from itertools import accumulate
 import numpy as np
 import simpy
 
-from paged.scheduler_base import BaseScheduler
+from paged.core.scheduler_base import BaseScheduler
 
 from .clock import TICKS_PER_S, to_ticks
 from .cost_model import CostModel
@@ -98,6 +98,11 @@ class Replica:
         every step of the window has started (windows end at the next arrival): add its blocks."""
         used = self.pool.num_used_blocks
         return used + self._window_blocks(self._window[0]) if self._window is not None else used
+
+    @property
+    def kv_usage(self) -> float:
+        """The share of device blocks in use (what a router reads; `routing.ReplicaView`)."""
+        return self.used_blocks / self.pool.num_blocks
 
     def _window_blocks(self, n: int) -> int:
         """Blocks the next n uniform decode steps allocate (periodic: each member of the batch

@@ -10,18 +10,13 @@ from dataclasses import dataclass
 
 import torch
 
-from paged.config import is_int, is_number
-from paged.policies import Policy
+from paged.core.policies import Policy
+from paged.core.validation import is_int, is_number, is_power_of_two, require
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 DEFAULT_CPU_KV_CACHE_BYTES = 256 << 20  # ~5.8k tokens of SmolLM2-135M in float32 (allocated and zeroed at start)
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048
 DEFAULT_MAX_NUM_SEQS = 256
-
-
-def _require(ok: bool, field: str, value, expected: str) -> None:
-    if not ok:
-        raise ValueError(f"EngineConfig.{field}={value!r}: expected {expected}")
 
 
 @dataclass(slots=True)
@@ -61,28 +56,30 @@ class EngineConfig:
 
     def __post_init__(self) -> None:
         # Checked before the model loads (which takes seconds), and before any division by them.
-        _require(self.dtype == "auto" or self.dtype in DTYPES, "dtype", self.dtype, f"'auto' or one of {list(DTYPES)}")
-        _require(isinstance(self.device, str) and (self.device in ("auto", "cpu") or self.device.startswith("cuda")),
-                 "device", self.device, "'auto', 'cpu' or 'cuda[:N]'")
+        require(self.dtype == "auto" or self.dtype in DTYPES, "EngineConfig",
+                "dtype", self.dtype, f"'auto' or one of {list(DTYPES)}")
+        require(isinstance(self.device, str) and (self.device in ("auto", "cpu") or self.device.startswith("cuda")),
+                 "EngineConfig", "device", self.device, "'auto', 'cpu' or 'cuda[:N]'")
         if isinstance(self.device, str) and self.device.startswith("cuda") and not torch.cuda.is_available():
             raise ValueError(f"EngineConfig.device={self.device!r}: this torch build or machine has no CUDA device; "
                              "use 'cpu' or 'auto'")
         bs = self.block_size
-        _require(is_int(bs) and bs >= 1 and bs & (bs - 1) == 0, "block_size", bs, "a power of two >= 1")
-        _require(self.kv_cache_memory_bytes is None or (is_int(self.kv_cache_memory_bytes)
-                                                        and self.kv_cache_memory_bytes > 0),
+        require(is_power_of_two(bs), "EngineConfig", "block_size", bs, "a power of two >= 1")
+        require(self.kv_cache_memory_bytes is None or (is_int(self.kv_cache_memory_bytes)
+                                                        and self.kv_cache_memory_bytes > 0), "EngineConfig",
                  "kv_cache_memory_bytes", self.kv_cache_memory_bytes, "a positive integer number of bytes")
-        _require(is_number(self.gpu_memory_utilization) and 0.0 < self.gpu_memory_utilization <= 1.0,
+        require(is_number(self.gpu_memory_utilization) and 0.0 < self.gpu_memory_utilization <= 1.0, "EngineConfig",
                  "gpu_memory_utilization", self.gpu_memory_utilization, "a fraction in (0, 1]")
-        _require(is_number(self.swap_space) and self.swap_space >= 0, "swap_space", self.swap_space, "GiB >= 0")
-        _require(self.num_gpu_blocks is None or (is_int(self.num_gpu_blocks) and self.num_gpu_blocks >= 1),
-                 "num_gpu_blocks", self.num_gpu_blocks, "an integer >= 1")
-        _require(self.num_cpu_blocks is None or (is_int(self.num_cpu_blocks) and self.num_cpu_blocks >= 0),
-                 "num_cpu_blocks", self.num_cpu_blocks, "an integer >= 0")
+        require(is_number(self.swap_space) and self.swap_space >= 0, "EngineConfig",
+                "swap_space", self.swap_space, "GiB >= 0")
+        require(self.num_gpu_blocks is None or (is_int(self.num_gpu_blocks) and self.num_gpu_blocks >= 1),
+                 "EngineConfig", "num_gpu_blocks", self.num_gpu_blocks, "an integer >= 1")
+        require(self.num_cpu_blocks is None or (is_int(self.num_cpu_blocks) and self.num_cpu_blocks >= 0),
+                 "EngineConfig", "num_cpu_blocks", self.num_cpu_blocks, "an integer >= 0")
         # None means "the default"; 0 is a mistake, not a request for the default.
         for name in ("max_num_seqs", "max_num_batched_tokens", "max_model_len"):
             v = getattr(self, name)
-            _require(v is None or (is_int(v) and v >= 1), name, v, "None or an integer >= 1")
+            require(v is None or (is_int(v) and v >= 1), "EngineConfig", name, v, "None or an integer >= 1")
 
     def torch_device(self) -> torch.device:
         if self.device == "auto":

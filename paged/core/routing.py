@@ -1,15 +1,37 @@
-"""Routers: which replica a new request goes to.
+"""Routing policies: which replica a new request goes to.
 
-A router sees what a real one would see at the moment of arrival: the requests outstanding
-at each replica, each replica's KV usage, and (prefix-aware) the prefixes it has itself sent
-where, as SGLang's cache-aware router keeps an approximate tree per worker rather than asking
-the workers. Ties go to the lowest replica index, so routing is deterministic.
+Pure decision code, shared by the simulator's cluster (`sim.cluster`) and the real load
+balancer (`paged.serve`): both hand a router the request's chained prefix ids and a view of
+each replica (`ReplicaView`), and get back an index. A router sees what a real one would see at
+the moment of arrival: the requests outstanding at each replica, each replica's KV usage, and
+(prefix-aware) the prefixes it has itself sent where, as SGLang's cache-aware router keeps an
+approximate tree per worker rather than asking the workers. Ties go to the lowest replica
+index, so routing is deterministic.
 """
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Protocol
 
-from paged.request import Request
+
+class ReplicaView(Protocol):
+    """What a router may read of a replica: requests routed there and not finished, and the
+    share of its KV cache in use (0..1; vLLM exports it as `vllm:kv_cache_usage_perc`)."""
+
+    @property
+    def outstanding(self) -> int: ...
+
+    @property
+    def kv_usage(self) -> float: ...
+
+
+class Router(Protocol):
+    name: str
+
+    def route(self, prefix_ids: Sequence[int] | None, replicas: Sequence[ReplicaView]) -> int:
+        """The index of the replica for a request whose prompt has these chained block hash ids
+        (None or empty when unknown)."""
 
 
 class RoundRobin:
@@ -19,7 +41,7 @@ class RoundRobin:
         self.num_replicas = num_replicas
         self._next = 0
 
-    def route(self, req: Request, replicas) -> int:
+    def route(self, prefix_ids, replicas) -> int:
         i = self._next
         self._next = (i + 1) % self.num_replicas
         return i
@@ -37,7 +59,7 @@ class LeastOutstanding:
     def __init__(self, num_replicas: int) -> None:
         pass
 
-    def route(self, req: Request, replicas) -> int:
+    def route(self, prefix_ids, replicas) -> int:
         return least_outstanding(replicas)
 
 
@@ -49,9 +71,9 @@ class LeastKVUsage:
     def __init__(self, num_replicas: int) -> None:
         pass
 
-    def route(self, req: Request, replicas) -> int:
+    def route(self, prefix_ids, replicas) -> int:
         return min(range(len(replicas)),
-                   key=lambda i: (replicas[i].used_blocks / replicas[i].pool.num_blocks, replicas[i].outstanding))
+                   key=lambda i: (replicas[i].kv_usage, replicas[i].outstanding))
 
 
 class PrefixAware:
@@ -67,8 +89,8 @@ class PrefixAware:
         self.capacity_ids = capacity_ids
         self.balance_threshold = balance_threshold
 
-    def route(self, req: Request, replicas) -> int:
-        ids = req.prefix_hash_ids
+    def route(self, prefix_ids, replicas) -> int:
+        ids = prefix_ids
         if not ids:
             return least_outstanding(replicas)
         keys, h = [], 0
@@ -99,7 +121,10 @@ class PrefixAware:
 ROUTER_CLASSES = {r.name: r for r in (RoundRobin, LeastOutstanding, LeastKVUsage, PrefixAware)}
 
 
-def make_router(name: str, num_replicas: int, capacity_ids: int | None = None):
+ROUTERS = tuple(ROUTER_CLASSES)
+
+
+def make_router(name: str, num_replicas: int, capacity_ids: int | None = None) -> Router:
     if name not in ROUTER_CLASSES:
         raise ValueError(f"unknown router {name!r}: known are {sorted(ROUTER_CLASSES)}")
     if name == "prefix_aware" and capacity_ids is not None:

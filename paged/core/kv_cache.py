@@ -46,9 +46,6 @@ class KVCacheManager:
     def usage(self) -> float:
         return self.pool.usage
 
-    def num_blocks_needed(self, num_tokens: int) -> int:
-        return -(-num_tokens // self.block_size)
-
     # -- prefix cache -------------------------------------------------------------------------
     def get_computed_blocks(self, request: Request) -> tuple[list[Block], int]:
         """Longest cached prefix of the request, in whole blocks, never covering the last token:

@@ -11,7 +11,7 @@ import enum
 import math
 from dataclasses import dataclass, field
 
-from .config import is_int, is_number
+from .validation import is_int, is_number
 
 
 class RequestStatus(enum.IntEnum):
@@ -89,7 +89,7 @@ class Request:
         "sampling_params", "stop_token_ids", "arrival_time", "priority", "business_value", "deadline",
         "expected_output_tokens", "extra_keys", "max_output_tokens",
         "status", "stop_reason", "output_token_ids", "block_hashes",
-        "_num_computed", "_num_output", "_batch", "_clock0", "_finish_clock",
+        "num_computed_base", "num_output_base", "decode_batch", "batch_clock0", "finish_clock",
         "num_preemptions", "num_cached_tokens", "first_scheduled_time", "first_token_time",
         "finished_time", "last_token_time", "parent", "index", "seq", "has_content",
     )
@@ -157,11 +157,15 @@ class Request:
         # Real sampled tokens (engine); the simulator only counts them.
         self.output_token_ids: list[int] = []
         self.block_hashes: list = []
-        self._num_computed = 0
-        self._num_output = 0
-        self._batch = None
-        self._clock0 = 0
-        self._finish_clock = -1
+        # Owned by the schedulers (paged.core only): while the request sits in a `DecodeBatch`,
+        # its counts advance with the batch's clock instead of per request, so a decode step
+        # costs O(1) per batch. Read the counts through `num_computed_tokens` and
+        # `num_output_tokens`, which add the batch's progress since `batch_clock0`.
+        self.num_computed_base = 0
+        self.num_output_base = 0
+        self.decode_batch = None
+        self.batch_clock0 = 0
+        self.finish_clock = -1
         self.num_preemptions = 0
         self.num_cached_tokens = -1
         self.first_scheduled_time: float | None = None
@@ -181,13 +185,13 @@ class Request:
     # -- counters, lazy while the request is in the decode batch --------------------------------
     @property
     def num_computed_tokens(self) -> int:
-        b = self._batch
-        return self._num_computed if b is None else self._num_computed + b.clock - self._clock0
+        b = self.decode_batch
+        return self.num_computed_base if b is None else self.num_computed_base + b.clock - self.batch_clock0
 
     @property
     def num_output_tokens(self) -> int:
-        b = self._batch
-        return self._num_output if b is None else self._num_output + b.clock - self._clock0
+        b = self.decode_batch
+        return self.num_output_base if b is None else self.num_output_base + b.clock - self.batch_clock0
 
     @property
     def num_tokens(self) -> int:

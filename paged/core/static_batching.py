@@ -13,9 +13,9 @@ It follows the same driver contract as `Scheduler`, so the simulator runs both u
 from __future__ import annotations
 
 from .config import CacheConfig, SchedulerConfig
-from .outputs import SchedulerOutput
 from .request import Request, RequestStatus
 from .scheduler_base import BaseScheduler
+from .scheduler_output import SchedulerOutput
 
 RESERVE_MODES = ("max_tokens", "max_model_len")
 
@@ -66,7 +66,7 @@ class StaticBatchScheduler(BaseScheduler):
             self.waiting.discard(req)
 
     def _live(self, req: Request) -> bool:
-        return req._num_output < req.max_output_tokens and req not in self._stopped
+        return req.num_output_base < req.max_output_tokens and req not in self._stopped
 
     def schedule(self, now: float) -> SchedulerOutput:
         out = SchedulerOutput([], [], [])
@@ -116,15 +116,15 @@ class StaticBatchScheduler(BaseScheduler):
         if self._step == 0:
             for r in out.prefill_requests:
                 if r.status == RequestStatus.RUNNING:
-                    r._num_computed = r.num_prompt_tokens
-                    r._num_output = 1
+                    r.num_computed_base = r.num_prompt_tokens
+                    r.num_output_base = 1
                     r.first_token_time = now
                     self._take_token(r, sampled_tokens)
         else:
             for r in out.decode_requests:
                 if r.status == RequestStatus.RUNNING:
-                    r._num_computed += 1
-                    r._num_output += 1
+                    r.num_computed_base += 1
+                    r.num_output_base += 1
                     self._take_token(r, sampled_tokens)
         self._step += 1
         return ended + self._end_batch_if_done(now)
@@ -152,21 +152,19 @@ class StaticBatchScheduler(BaseScheduler):
         """Every decode step of a batch has the same shape until the batch ends."""
         if not self.batch or self._step == 0 or self._stopped:
             return 0
-        return max(r.max_output_tokens - r._num_output for r in self.batch)
+        return max(r.max_output_tokens - r.num_output_base for r in self.batch)
 
     def advance_decode_steps(self, k: int, now: float) -> list[Request]:
         B = len(self.batch)
         for r in self.batch:
-            inc = min(k, r.max_output_tokens - r._num_output)
-            r._num_computed += inc
-            r._num_output += inc
+            inc = min(k, r.max_output_tokens - r.num_output_base)
+            r.num_computed_base += inc
+            r.num_output_base += inc
         self._count_step(B, B, k)
         self._step += k
         return self._end_batch_if_done(now)
 
     def uniform_step_shape(self) -> tuple[int, int]:
-        """(num_decode_tokens, decode_context_sum) of the next decode step; each later step of a
-        uniform window adds num_decode_tokens to the context sum."""
         B = len(self.batch)
         return B, B * (self._max_prompt + self._step)
 
@@ -175,4 +173,4 @@ class StaticBatchScheduler(BaseScheduler):
 
     # -- figures ------------------------------------------------------------------------------
     def _num_computed_running(self) -> int:
-        return sum(r._num_computed for r in self.batch)
+        return sum(r.num_computed_base for r in self.batch)

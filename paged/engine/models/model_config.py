@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from paged.config import is_int
+from paged.core.validation import is_int
 
 # Hugging Face architecture names the Llama forward serves; Qwen2 differs only by a bias on q, k, v.
 ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM")

@@ -1,8 +1,24 @@
-"""What every scheduler shares: the request registry, rejection of requests that can never
-run, aborts, counters and statistics. `Scheduler` (continuous batching) and
-`StaticBatchScheduler` (the traditional baseline) differ only in how they schedule.
+"""The contract between the core and its drivers, in code, and what every scheduler shares.
+
+A driver (the simulator's `sim.replica.Replica`, the engine's `LLMEngine`) holds a
+`BaseScheduler` and runs this loop; it never reaches into the scheduler's queues:
+
+    scheduler.add_request(request)
+    out = scheduler.schedule(now)                      # which requests run how many tokens
+    tokens = driver.run(out)                           # cost model, or model forward + sampler
+    finished = scheduler.update_from_output(out, tokens, now)
+
+The simulator may also take k identical decode steps at once (the fast path:
+`max_uniform_decode_steps`, `uniform_step_shape`, `block_needs`, `advance_decode_steps`),
+which must leave the state exactly as k rounds of the loop would. docs/architecture.md draws it.
+
+What is shared here: the request registry, rejection of requests that can never run, aborts,
+counters and statistics. `Scheduler` (continuous batching) and `StaticBatchScheduler` (the
+traditional baseline) differ only in how they schedule.
 """
 from __future__ import annotations
+
+from abc import ABC, abstractmethod
 
 from .config import CacheConfig, SchedulerConfig
 from .kv_cache import KVCacheManager
@@ -10,9 +26,10 @@ from .metrics import SchedulerStats
 from .policies import make_policy
 from .request import Request, RequestStatus
 from .request_queue import RequestQueue
+from .scheduler_output import SchedulerOutput
 
 
-class BaseScheduler:
+class BaseScheduler(ABC):
     def __init__(self, cache_config: CacheConfig, scheduler_config: SchedulerConfig) -> None:
         scheduler_config.check_block_size(cache_config.block_size)
         self.cache_config = cache_config
@@ -34,21 +51,56 @@ class BaseScheduler:
         self.num_scheduled_tokens = 0
         self.last_batch_size = 0
 
+    # -- the driver's loop -----------------------------------------------------------------------
+    @abstractmethod
+    def schedule(self, now: float) -> SchedulerOutput:
+        """Decide the next step: which requests run how many tokens, which were preempted,
+        swapped or finished, which blocks to copy. `now` is the driver's clock (seconds)."""
+
+    @abstractmethod
+    def update_from_output(self, out: SchedulerOutput, sampled_tokens: dict[str, list[int]] | None = None,
+                           now: float = 0.0) -> list[Request]:
+        """Account for the step `out` once it ran: `sampled_tokens` maps request ids to the
+        tokens sampled (the engine), or is None for synthetic tokens (the simulator). Returns
+        the requests that finished."""
+
+    # -- the simulator's exact fast path ------------------------------------------------------
+    @abstractmethod
+    def max_uniform_decode_steps(self) -> int:
+        """How many next steps are pure decode with nothing changing (0 when the next is not).
+        Valid between `update_from_output` and the next `schedule`."""
+
+    @abstractmethod
+    def uniform_step_shape(self) -> tuple[int, int]:
+        """(num_decode_tokens, decode_context_sum) of the next decode step; each later step of a
+        uniform window adds num_decode_tokens to the context sum."""
+
+    @abstractmethod
+    def block_needs(self, k: int) -> list[int]:
+        """New blocks each of the next k uniform decode steps allocates."""
+
+    @abstractmethod
+    def advance_decode_steps(self, k: int, now: float) -> list[Request]:
+        """Take k uniform decode steps at once (k <= max_uniform_decode_steps()), with synthetic
+        tokens: identical to k rounds of schedule/update. `now` is the end of the last step."""
+
     # -- hooks for the concrete schedulers ----------------------------------------------------
     @property
-    def num_running(self) -> int:
-        raise NotImplementedError
+    @abstractmethod
+    def num_running(self) -> int: ...
 
+    @abstractmethod
     def running_requests(self):
         """The requests that may take part in the next step (an iterable)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def _remove(self, req: Request) -> None:
         """Take an unfinished request out of the scheduler's queues and batches."""
-        raise NotImplementedError
 
     def _changed(self) -> None:
-        """A request arrived or left: whatever the scheduler concluded about admission is stale."""
+        """A request arrived or left: whatever the scheduler concluded about admission is stale.
+        Nothing to do by default (static batching concludes nothing between batches)."""
+        return None
 
     def _reject_reason(self, request: Request) -> str | None:
         p = request.num_prompt_tokens
@@ -118,8 +170,8 @@ class BaseScheduler:
         self.last_batch_size = num_seqs
 
     # -- figures ------------------------------------------------------------------------------
-    def _num_computed_running(self) -> int:
-        raise NotImplementedError
+    @abstractmethod
+    def _num_computed_running(self) -> int: ...
 
     def _queue_depth(self) -> tuple[int, int]:
         """(waiting, swapped)"""
