@@ -18,11 +18,10 @@ from pathlib import Path
 
 import numpy as np
 
+from paged.workloads.traces import AZURE_CONV, REPO
+from paged.workloads.traces import TRACES_DIR as TRACES
 from sim import SimConfig, Workload, get_model, load_workload, simulate
 
-REPO = Path(__file__).resolve().parent.parent
-TRACES = REPO / "traces"
-AZURE_CONV = TRACES / "azure_llm_2023_conv.csv"
 MOONCAKE = TRACES / "mooncake_fast25_synthetic_trace.jsonl"
 RESULTS = REPO / "experiments" / "results"
 SATURATION = math.inf  # an offered load: every request arrives at t=0

@@ -22,7 +22,8 @@ import subprocess
 import sys
 import time
 
-from .cli import AZURE_CONV
+from paged.workloads.traces import AZURE_CONV
+
 from .sim_config import SimConfig
 
 # SimConfig overrides per case. azure-h100: shorter steps (GQA, faster memory), so more steps

@@ -29,17 +29,15 @@ from pathlib import Path
 import torch
 
 from paged import SamplingParams
+from paged.workloads.traces import AZURE_CONV, read_trace
 
 from .llm import LLM
 from .loader import resolve_model_path
-
-TRACE = Path(__file__).resolve().parents[2] / "traces" / "azure_llm_2023_conv.csv"
 
 
 def load_requests(trace: Path, num: int, input_scale: float, output_scale: float, vocab: int,
                   seed: int = 0) -> list[tuple[list[int], int]]:
     """(prompt token ids, output length) for the trace's first `num` rows, lengths scaled."""
-    from paged.workloads.traces import read_trace
 
     rng = random.Random(seed)
     rows = read_trace(trace)
@@ -96,7 +94,7 @@ def run_hf_static(model, requests, batch_size: int, pad_id: int) -> float:
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="smollm2-135m", help="a Llama-architecture GGUF, or smollm2-135m")
-    ap.add_argument("--trace", type=Path, default=TRACE)
+    ap.add_argument("--trace", type=Path, default=AZURE_CONV)
     ap.add_argument("--num-requests", type=int, default=64)
     ap.add_argument("--input-scale", type=float, default=1 / 16)
     ap.add_argument("--output-scale", type=float, default=1 / 4)

@@ -22,6 +22,12 @@ from pathlib import Path
 
 import numpy as np
 
+# The repository's own traces (traces/README.md gives their sources and licenses): the simulator's
+# demo, the engine's benchmark and the experiments all replay the Azure conversation trace.
+REPO = Path(__file__).resolve().parents[2]
+TRACES_DIR = REPO / "traces"
+AZURE_CONV = TRACES_DIR / "azure_llm_2023_conv.csv"
+
 FORMATS = ("azure", "vidur", "mooncake", "lengths")
 OPTIONAL_COLUMNS = ("priority", "business_value", "slo_s")
 MAX_LENGTH = 2**31 - 1  # tokens: beyond this a length is a unit mistake, and int32 columns would wrap

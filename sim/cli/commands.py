@@ -1,0 +1,79 @@
+"""The subcommands of `python -m sim`: run, demo, fit, list (bench lives in `sim.bench`)."""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+
+from paged.workloads.traces import AZURE_CONV
+
+from ..sim_config import ROUTERS, SimConfig
+from .options import sim_config
+from .outputs import jsonable, write_outputs
+from .workload_args import workload_from_args
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from ..report import format_summary
+    from ..runner import simulate
+
+    config = sim_config(args)
+    workload = workload_from_args(args, config)
+    if args.progress_bar and len(workload) >= 20_000:
+        config.progress = True
+    result = simulate(workload, config)
+    summary = result.summary()
+    if args.slo_ttft_s is not None or args.slo_tpot_s is not None:
+        summary["goodput"] = result.goodput(args.slo_ttft_s if args.slo_ttft_s is not None else math.inf,
+                                            args.slo_tpot_s if args.slo_tpot_s is not None else math.inf)
+    print(format_summary(summary))
+    write_outputs(args, result, summary, workload, config)
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from paged.workloads.workload import load_workload
+
+    from ..models import get_model
+    from ..report import format_summary
+    from ..runner import simulate
+
+    config = SimConfig(model="llama-2-7b", hardware="a100-80gb")
+    workload = load_workload(AZURE_CONV, num_requests=args.num_requests,
+                             max_model_len=get_model(config.model).max_model_len)
+    print(f"Replaying {len(workload):,} requests of {AZURE_CONV.name} on {config.model} / {config.hardware} ...")
+    result = simulate(workload, config)
+    summary = result.summary()
+    print(format_summary(summary))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    result.plot(out / "demo.png")
+    (out / "summary.json").write_text(json.dumps(jsonable({**summary, "config": config.to_dict()}), indent=2) + "\n")
+    print(f"\n{summary['num_requests']:,} requests, {summary['simulated_time_s']:,.0f} s simulated in "
+          f"{summary['wall_time_s']:.2f} s wall: {summary['sim_requests_per_wall_s']:,.0f} simulated requests/s")
+    print(f"figure: {out / 'demo.png'}; summary: {out / 'summary.json'}")
+    return 0
+
+
+def cmd_fit(args: argparse.Namespace) -> int:
+    from ..profiled import fit_profile
+
+    fit = fit_profile(args.profile)
+    print(fit.cost_model.description)
+    for k, v in fit.coefficients_s.items():
+        print(f"  {k:<26} {v:.4g} s")
+    return 0
+
+
+def cmd_list(_args: argparse.Namespace) -> int:
+    from paged.core.policies import POLICIES
+    from paged.workloads.traces import FORMATS
+
+    from ..hardware import HARDWARE
+    from ..models import KV_DTYPES, MODELS
+
+    for title, names in (("models", MODELS), ("hardware", HARDWARE), ("routers", ROUTERS), ("policies", POLICIES),
+                         ("kv cache dtypes", KV_DTYPES), ("trace formats", FORMATS)):
+        print(f"{title}: {', '.join(names)}")
+    return 0
