@@ -27,8 +27,9 @@ from paged.core.scheduler_base import BaseScheduler
 from .clock import TICKS_PER_S, to_ticks
 from .cost_model import CostModel
 from .itl import LongestStepSince
+from .itl_histogram import add_window_to_histogram, itl_bin
 from .recorder import RequestLog, TimeSeries
-from .window import add_window_to_histogram, envelope, first_reaching, itl_bin, span, step_duration, steps_within
+from .window import envelope, first_reaching, span, step_duration, steps_within
 
 
 class Replica:

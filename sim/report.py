@@ -15,8 +15,8 @@ from paged.core.request import RequestStatus
 from paged.workloads.workload import Workload
 
 from .clock import TICKS_PER_S
+from .itl_histogram import bin_value
 from .recorder import RequestLog
-from .window import bin_value
 
 LATENCIES = ("queueing_delay_s", "ttft_s", "tpot_s", "e2e_s")
 FINISHED = (RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH)

@@ -1,11 +1,7 @@
 """The continuous-batching scheduler shared by the simulator and the engine.
 
-Driver contract (see DESIGN.md):
-
-    scheduler.add_request(request)
-    out = scheduler.schedule(now)
-    tokens = driver.run(out)                       # cost model, or model forward + sampler
-    finished = scheduler.update_from_output(out, tokens, now)
+It implements the driver contract of `BaseScheduler` (`paged.core.scheduler_base`; the layers
+and the loop are drawn in docs/architecture.md).
 
 Each step, in this order: the decode batch takes one token per member (the budget always
 covers it: max_num_batched_tokens >= max_num_seqs), and members crossing into a new block get

@@ -8,7 +8,8 @@ until its longest member is done;
 only then are its results returned and its memory released. No chunking, no prefix caching,
 no preemption: the reservation makes them unnecessary, which is exactly what wastes memory.
 
-It follows the same driver contract as `Scheduler`, so the simulator runs both unchanged.
+It implements the same driver contract (`BaseScheduler`) as `Scheduler`, so the simulator runs
+both unchanged.
 """
 from __future__ import annotations
 

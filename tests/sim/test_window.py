@@ -2,7 +2,8 @@
 import hypothesis.strategies as st
 from hypothesis import given
 
-from sim.window import add_window_to_histogram, envelope, first_reaching, itl_bin, span, step_duration, steps_within
+from sim.itl_histogram import add_window_to_histogram, itl_bin
+from sim.window import envelope, first_reaching, span, step_duration, steps_within
 
 lines_st = st.lists(st.tuples(st.integers(1, 10**9), st.integers(0, 10**6)), min_size=1, max_size=3)
 
