@@ -1,6 +1,6 @@
 """Every notebook runs top to bottom, as `pytest --nbmake notebooks/` would run it (in its own
-folder, on the small inputs it is written for), so `make test` catches a notebook that an API
-change broke. The committed files carry no outputs: they stay small and diff cleanly."""
+folder, in its quick mode: `PAGED_QUICK=1`, fewer requests and loads), so `make test` catches a
+notebook that an API change broke. The committed files carry no outputs: they stay small and diff cleanly."""
 from pathlib import Path
 
 import nbformat
@@ -11,7 +11,8 @@ NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
-def test_notebook_runs(path):
+def test_notebook_runs(path, monkeypatch):
+    monkeypatch.setenv("PAGED_QUICK", "1")  # the kernel inherits it
     nb = nbformat.read(path, as_version=4)
     NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}).execute()
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
