@@ -36,7 +36,9 @@ class AsyncLLM:
     async def generate(self, prompt: Prompt, sampling_params: SamplingParams | None = None,
                        request_id: str | None = None) -> AsyncIterator[RequestOutput]:
         """Cumulative outputs of one request, one per step that moved it; the last has `finished`."""
-        request_id = f"async-{next(self._ids)}" if request_id is None else request_id
+        if request_id is None:
+            while (request_id := f"async-{next(self._ids)}") in self._streams:
+                pass  # a user's request took this name
         if request_id in self._streams:
             raise ValueError(f"request id {request_id!r} is already streaming")
         queue: asyncio.Queue = asyncio.Queue()
