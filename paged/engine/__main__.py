@@ -28,7 +28,8 @@ def _engine_args(p: argparse.ArgumentParser, kv_cache_memory_bytes: int | None =
     p.add_argument("--kv-cache-memory-bytes", type=int, default=kv_cache_memory_bytes,
                    help=f"KV budget on CPU (default {kv_cache_memory_bytes or 'the engine default'})")
     p.add_argument("--gpu-memory-utilization", type=float, default=0.9)
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch CPU threads (default: half the CPUs this process may use, at least 1)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -51,10 +52,6 @@ def main(argv: list[str] | None = None) -> int:
     gen.add_argument("--temperature", type=float, default=0.0)
     args = parser.parse_args(argv)
 
-    if args.threads:
-        import torch
-
-        torch.set_num_threads(args.threads)
     grid = None
     if args.command == "profile":
         grid = ProfileGrid(args.prefill_chunks, args.prefill_contexts, args.decode_batches, args.decode_contexts,
@@ -63,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     engine = LLMEngine(EngineConfig(
         model=args.model, dtype=args.dtype, device=args.device, block_size=args.block_size,
         kv_cache_memory_bytes=args.kv_cache_memory_bytes, gpu_memory_utilization=args.gpu_memory_utilization,
-        max_num_batched_tokens=grid.max_num_batched_tokens if grid else None))
+        max_num_batched_tokens=grid.max_num_batched_tokens if grid else None, threads=args.threads))
     if args.command == "generate":
         engine.add_request(args.prompt, SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature))
         while engine.has_unfinished_requests():
