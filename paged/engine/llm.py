@@ -65,6 +65,24 @@ class LLM:
             raise
         return [results[rid] for rid in ids]
 
+    def chat(self, messages: list[dict] | list[list[dict]],
+             sampling_params: SamplingParams | list[SamplingParams] | None = None, *,
+             chat_template: str | None = None, add_generation_prompt: bool = True,
+             chat_template_kwargs: dict | None = None) -> list[RequestOutput]:
+        """vLLM's `LLM.chat`: one conversation (a list of {"role", "content"} messages) or a list of
+        them, each rendered with the model's chat template (or `chat_template`) and generated.
+        One RequestOutput per conversation; malformed messages raise a ValueError naming them."""
+        batch = messages if isinstance(messages, list) and messages and isinstance(messages[0], list) else [messages]
+        engine = self.llm_engine
+        prompts = []
+        for i, conversation in enumerate(batch):
+            try:
+                prompts.append(engine.chat_prompt(conversation, chat_template, add_generation_prompt,
+                                                  **(chat_template_kwargs or {})))
+            except ValueError as e:
+                raise ValueError(f"conversation {i}: {e}" if len(batch) > 1 else str(e)) from e
+        return self.generate(prompts, sampling_params)
+
 
 def _batch(prompts) -> list:
     """vLLM's reading of `prompts`: a string, a dict, or a sequence of integers is one prompt;
