@@ -90,4 +90,11 @@ class RequestState:
             reason = "stop"
         elif seq.status == RequestStatus.FINISHED_STOPPED and seq.output_token_ids:
             stop_reason = seq.output_token_ids[-1]
-        return CompletionOutput(seq.index, self._texts[i], list(seq.output_token_ids), reason, stop_reason)
+        text = self._texts[i]
+        stops = self.params.stop
+        if stops and reason is None:
+            # Hold back what could be the start of a stop string, as vLLM does: the text of a
+            # running sequence is always a prefix of its final text, so a stream never has to
+            # take back what it sent.
+            text = text[:max(0, len(text) - max(map(len, stops)) + 1)]
+        return CompletionOutput(seq.index, text, list(seq.output_token_ids), reason, stop_reason)

@@ -163,3 +163,17 @@ def test_min_tokens_holds_off_stop_tokens_and_stop_strings(llm, tiny_llama):
     params.min_tokens = len(early.token_ids) + 3
     assert len(llm.generate(["Once upon a time"], params)[0].token_ids) >= params.min_tokens
     assert_all_blocks_free(llm)
+
+
+def test_streamed_text_never_takes_back_the_start_of_a_stop_string(llm):
+    """Each output's text is a prefix of the final one: what could begin a stop string is held
+    back until the sequence shows it is not one."""
+    full = llm.generate(["Once upon a time"], SamplingParams(temperature=0.0, max_tokens=20, ignore_eos=True))[0].text
+    stop = full[4:7]
+    engine = llm.llm_engine
+    engine.add_request("Once upon a time", SamplingParams(temperature=0.0, max_tokens=20, stop=[stop]), "s")
+    texts = []
+    while engine.has_unfinished_requests():
+        texts += [o.text for o in engine.step()]
+    assert texts[-1] == full[:full.index(stop)]
+    assert all(texts[-1].startswith(t) for t in texts)
