@@ -215,6 +215,11 @@ class LLMEngine:
         del self.requests[state.request_id], self._by_root[state.root.request_id]
         self.sampler.free_request(state.root.request_id, state.params.n)
 
+    def owner(self, seq: Request) -> str | None:
+        """The user's id of the request a scheduler sequence belongs to; None if no live request has it."""
+        state = self._by_root.get((seq.parent or seq).request_id)
+        return None if state is None else state.request_id
+
     def has_unfinished_requests(self) -> bool:
         return bool(self.requests)
 
