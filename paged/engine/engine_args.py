@@ -36,7 +36,8 @@ _SWITCHES = {
 
 def add_engine_args(parser: argparse.ArgumentParser, **defaults) -> None:
     """--model and every engine option; `defaults` replace the config's for this command."""
-    parser.add_argument("--model", required=True, help="Hugging Face folder, .gguf file, or smollm2-135m")
+    parser.add_argument("--model", required="model" not in defaults, default=defaults.get("model"),
+                        help="Hugging Face folder, .gguf file, or smollm2-135m")
     for name, (kind, help_) in _OPTIONS.items():
         parser.add_argument(f"--{name.replace('_', '-')}", type=kind, default=defaults.get(name), help=help_)
     for name, help_ in _SWITCHES.items():

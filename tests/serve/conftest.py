@@ -1,13 +1,11 @@
 """Real servers in subprocesses on free loopback ports, over tiny random models.
 
-Every server is started and stopped by the fixture that owns it (terminate, then kill, in a
-finally), waits for /health in a bounded loop, and fails with its own log if it dies first.
+Every server is started and stopped by the fixture that owns it (`launched_server`: terminate,
+then kill, in a finally), waits for /health for a bounded time, and fails with its own log if
+it dies first.
 """
 import json
 import os
-import socket
-import subprocess
-import sys
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -18,9 +16,9 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tiny_models imports transformers: never the network
 
+from paged.serve.launcher import launched_server  # noqa: E402
 from tests.engine.tiny_models import make_tiny_model  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[2]
 # One byte-level token per character; the template closes each turn with EOS, as chat models do.
 TEMPLATE = ("{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}{{ eos_token }}{% endfor %}"
             "{% if add_generation_prompt %}<assistant>{% endif %}")
@@ -49,7 +47,6 @@ def tiny_chat_model(tmp_path_factory) -> Path:
 @dataclass
 class Server:
     url: str
-    proc: subprocess.Popen
     log: Path
 
     def get(self, path: str, **kwargs) -> httpx.Response:
@@ -59,42 +56,11 @@ class Server:
         return httpx.post(self.url + path, timeout=60, **kwargs)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextmanager
 def running_server(model: Path, *flags: str, log_dir: Path, env: dict | None = None):
-    port = free_port()
-    log = log_dir / f"server-{port}.log"
-    cmd = [sys.executable, "-m", "paged", "serve", "--model", str(model), "--port", str(port),
-           "--log-level", "warning", *flags]
-    environment = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=environment, stdout=out, stderr=subprocess.STDOUT)
-    server = Server(f"http://127.0.0.1:{port}", proc, log)
-    try:
-        for _ in range(600):  # up to about a minute on a loaded machine
-            if proc.poll() is not None:
-                pytest.fail(f"the server exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
-            try:
-                if httpx.get(server.url + "/health", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            time.sleep(0.1)
-        else:
-            pytest.fail(f"the server did not answer /health:\n{log.read_text()[-3000:]}")
-        yield server
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    log = log_dir / f"server-{len(list(log_dir.iterdir()))}.log"
+    with launched_server(model, [*flags, "--log-level", "warning"], log, env) as launched:
+        yield Server(launched.url, launched.log)
 
 
 @pytest.fixture(scope="package")
