@@ -53,14 +53,7 @@ def build_app(engine: AsyncLLM, settings: ServeSettings) -> FastAPI:
         await engine.shutdown()
 
     app = FastAPI(title="paged", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
-    install_error_handlers(app)
-
-    @app.middleware("http")
-    async def count_errors(request: Request, call_next):
-        response = await call_next(request)
-        if response.status_code >= 400:
-            metrics.error(response.status_code)
-        return response
+    install_error_handlers(app, metrics.error)
 
     key = settings.api_key.encode() if settings.api_key is not None else None
 

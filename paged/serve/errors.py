@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Callable
 from http import HTTPStatus
 
 from fastapi import FastAPI, Request
@@ -46,16 +47,21 @@ def error_response(status: int, message: str, param: str | None = None, headers:
     return JSONResponse(error_body(status, message, param), status_code=status, headers=headers)
 
 
-def install_error_handlers(app: FastAPI) -> None:
+def install_error_handlers(app: FastAPI, on_error: Callable[[int], None]) -> None:
+    """Every error answer goes through these handlers; `on_error(status)` counts each."""
+    def respond(status: int, message: str, param: str | None = None, headers: dict | None = None) -> JSONResponse:
+        on_error(status)
+        return error_response(status, message, param, headers)
+
     @app.exception_handler(APIError)
     async def api_error(request: Request, e: APIError) -> JSONResponse:
-        return error_response(e.status, e.message, e.param, e.headers)
+        return respond(e.status, e.message, e.param, e.headers)
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, e: HTTPException) -> JSONResponse:
-        return error_response(e.status_code, str(e.detail), None, getattr(e, "headers", None))
+        return respond(e.status_code, str(e.detail), None, getattr(e, "headers", None))
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, e: Exception) -> JSONResponse:
         log.exception("%s %s failed", request.method, request.url.path)
-        return error_response(500, f"internal error: {type(e).__name__}: {e}")
+        return respond(500, f"internal error: {type(e).__name__}: {e}")
