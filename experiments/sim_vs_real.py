@@ -383,7 +383,7 @@ def describe(c: dict, fit: ProfileFit, table: pd.DataFrame, steps: pd.DataFrame)
 def run(args: argparse.Namespace, setup: Setup) -> int:
     started = time.perf_counter()
     engine = LLMEngine(EngineConfig(model=MODEL, max_num_seqs=setup.max_num_seqs, max_model_len=setup.max_model_len,
-                                    max_num_batched_tokens=setup.max_num_batched_tokens))
+                                    max_num_batched_tokens=setup.max_num_batched_tokens, threads=args.threads))
     profile_path, prof = measured_profile(engine, setup, args.profile, args.out)
     fit = fit_profile(profile_path)
     config = sim_config(engine, profile_path)
@@ -433,12 +433,11 @@ def main(argv: list[str] | None = None) -> int:
     options, rest = extra.parse_known_args(argv)
     paragraphs = __doc__.split("\n\n")
     args = parse_args(NAME, f"{paragraphs[0]} {paragraphs[-1]}", rest)
-    args.profile = options.profile
+    args.profile, args.threads = options.profile, options.threads
     setup = QUICK if args.quick else FULL
     if options.num_requests:
         setup = replace(setup, num_requests=options.num_requests)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(options.threads)
+    threads = torch.get_num_threads()  # the engine sets its own for the whole process
     try:
         return run(args, setup)
     finally:

@@ -37,6 +37,14 @@ class BlockPool:
         self._lru: OrderedDict[int, Block] = OrderedDict()  # free, cached: the front is evicted first
         self.cached: dict[object, Block] = {}
         self.num_evictions = 0
+        # Blocks taken off the free lists (handed out, or revived by a cache hit); every one taken
+        # is either in use now or was given back, so the frees need no counter of their own.
+        self.num_allocations = 0
+
+    @property
+    def num_frees(self) -> int:
+        """Blocks given back to the free lists, ever."""
+        return self.num_allocations - self.num_used_blocks
 
     @property
     def num_free_blocks(self) -> int:
@@ -62,6 +70,7 @@ class BlockPool:
         for b in blocks:
             if b.ref_cnt == 0:
                 del lru[b.block_id]
+                self.num_allocations += 1
             b.ref_cnt += 1
 
     def allocate(self) -> Block | None:
@@ -71,6 +80,7 @@ class BlockPool:
         if plain:
             b = plain.pop()
             b.ref_cnt = 1
+            self.num_allocations += 1
             return b
         return self._evict(1)[0] if self._lru else None
 
@@ -83,6 +93,7 @@ class BlockPool:
         del plain[len(plain) - k:]
         for b in blocks:
             b.ref_cnt = 1
+        self.num_allocations += k
         if k < n:
             blocks += self._evict(n - k)
         return blocks
@@ -99,6 +110,7 @@ class BlockPool:
             b.ref_cnt = 1
             out.append(b)
         self.num_evictions += n
+        self.num_allocations += n
         return out
 
     def free(self, blocks) -> None:

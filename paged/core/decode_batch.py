@@ -29,7 +29,9 @@ class DecodeBatch:
         self.buckets: list[dict[Request, None]] = [{} for _ in range(block_size)]
         self._bucket_sizes = [0] * block_size
         self.finish_at: dict[int, list[Request]] = {}  # clock -> members that reach their output limit then
-        self._finish_clocks: list[int] = []  # heap over finish_at's keys (may hold keys since emptied)
+        # Heap over finish_at's keys; it may hold keys since emptied (members that stopped early),
+        # but never more than twice the live keys: see _drop_stale_clocks.
+        self._finish_clocks: list[int] = []
         self.context_sum = 0  # sum over members of the context they attend to in the next step
 
     def __len__(self) -> int:
@@ -67,6 +69,7 @@ class DecodeBatch:
             due.remove(req)
             if not due:
                 del self.finish_at[req.finish_clock]
+                self._drop_stale_clocks()
         req.num_computed_base = c0 + d
         req.num_output_base += d
         req.decode_batch = None
@@ -82,7 +85,20 @@ class DecodeBatch:
         last. (k > 1 only when no member finishes before the last: see steps_to_next_finish.)"""
         self.clock = clock = self.clock + k
         self.context_sum += k * len(self.members)
-        return self.finish_at.pop(clock, [])
+        due = self.finish_at.pop(clock, None)
+        if due is None:
+            return []
+        self._drop_stale_clocks()
+        return due
+
+    def _drop_stale_clocks(self) -> None:
+        """Rebuild the heap from the live keys once stale ones outnumber them. Only the simulator's
+        fast path pops stale keys as it goes (steps_to_next_finish); without this, a driver that
+        never calls it (the engine) would grow the heap by one key per request that stopped early,
+        for as long as it serves."""
+        heap = self._finish_clocks
+        if len(heap) > 2 * len(self.finish_at):
+            heap[:] = sorted(self.finish_at)  # a sorted list is a heap
 
     def steps_to_next_finish(self) -> int:
         heap, finish_at = self._finish_clocks, self.finish_at

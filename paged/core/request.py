@@ -38,7 +38,12 @@ FINISH_REASONS = {
 
 @dataclass(slots=True)
 class SamplingParams:
-    """Sampling parameters as vLLM names them; the scheduler reads `max_tokens`, `n` and stops."""
+    """Sampling parameters as vLLM names them; the scheduler reads `max_tokens`, `n` and stops.
+
+    `min_tokens` (vLLM's): no EOS, stop token or stop string ends a sequence before it has that
+    many output tokens. Fields are checked at construction and again by `validate()`, which a
+    driver calls on its own copy where a request enters (a caller may change a field later).
+    """
 
     max_tokens: int = 16
     temperature: float = 1.0
@@ -49,18 +54,26 @@ class SamplingParams:
     stop_token_ids: list[int] = field(default_factory=list)
     stop: list[str] = field(default_factory=list)
     ignore_eos: bool = False
+    min_tokens: int = 0
 
     def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Check every field, raising a ValueError that names the first bad one; normalize the
+        accepted spellings (a stop string -> [it], None -> [], top_k=-1 -> 0, numpy numbers ->
+        Python's) into fresh lists and plain values, so the caller's lists are never shared."""
         if self.stop is None or isinstance(self.stop, str):
             self.stop = [self.stop] if self.stop else []
         if self.stop_token_ids is None:
             self.stop_token_ids = []
-
         if self.top_k == -1:  # vLLM's spelling of "off", as 0 is here
             self.top_k = 0
         checks = [
             (is_int(self.max_tokens) and self.max_tokens >= 1, "max_tokens", "an integer >= 1"),
-            (is_number(self.temperature) and self.temperature >= 0.0, "temperature", "a number >= 0"),
+            (is_int(self.min_tokens) and 0 <= self.min_tokens <= (self.max_tokens if is_int(self.max_tokens) else 0),
+             "min_tokens", f"an integer in [0, max_tokens={self.max_tokens!r}]"),
+            (is_number(self.temperature) and 0.0 <= self.temperature < math.inf, "temperature", "a finite number >= 0"),
             (is_int(self.top_k) and self.top_k >= 0, "top_k", "an integer >= 0 (0 or -1 = off)"),
             (is_number(self.top_p) and 0.0 < self.top_p <= 1.0, "top_p", "a number in (0, 1]"),
             (is_int(self.n) and self.n >= 1, "n", "an integer >= 1"),
@@ -70,11 +83,19 @@ class SamplingParams:
             (isinstance(self.stop, (list, tuple)) and all(isinstance(x, str) and x for x in self.stop), "stop",
              "a string or a list of non-empty strings"),
             (isinstance(self.stop_token_ids, (list, tuple, set, frozenset))
-             and all(is_int(x) for x in self.stop_token_ids), "stop_token_ids", "a list of integers"),
+             and all(is_int(x) and x >= 0 for x in self.stop_token_ids), "stop_token_ids",
+             "a list of integers >= 0"),
+            (isinstance(self.ignore_eos, bool), "ignore_eos", "True or False"),
         ]
         for ok, name, expected in checks:
             if not ok:
                 raise ValueError(f"SamplingParams.{name}={getattr(self, name)!r}: expected {expected}")
+        self.max_tokens, self.min_tokens, self.top_k, self.n = (
+            int(self.max_tokens), int(self.min_tokens), int(self.top_k), int(self.n))
+        self.temperature, self.top_p = float(self.temperature), float(self.top_p)
+        self.seed = None if self.seed is None else int(self.seed)
+        self.stop = list(self.stop)
+        self.stop_token_ids = [int(x) for x in self.stop_token_ids]
 
 
 class Request:

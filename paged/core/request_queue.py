@@ -67,8 +67,15 @@ class RequestQueue:
         return self._items.pop()
 
     def discard(self, req: Request) -> None:
-        """Forget a member that leaves other than by the head (its status changes, so it is skipped)."""
+        """Forget a member that leaves other than by the head (its status changes, so it is skipped).
+        In a heap, skipped members behind a head that cannot be admitted would stay as long as it
+        waits: they are dropped for good once they outnumber the live ones. (A dynamic order drops
+        them every step.)"""
         self._len -= 1
+        heap = self._heap
+        if len(heap) > 2 * self._len:
+            heap[:] = [e for e in heap if e[2].status == self.status and e[2] is not req]
+            heapq.heapify(heap)
 
     def __iter__(self):
         src = (r for _, _, r in self._heap) if self.policy.static_order else iter(self._items)

@@ -12,6 +12,7 @@ import time
 from paged import SamplingParams
 
 from .engine import LLMEngine
+from .engine_args import add_engine_args, engine_kwargs
 from .engine_config import EngineConfig
 from .profile import ProfileGrid, profile, write_profile
 
@@ -20,22 +21,11 @@ def _ints(text: str) -> tuple[int, ...]:
     return tuple(int(x) for x in text.split(",") if x)
 
 
-def _engine_args(p: argparse.ArgumentParser, kv_cache_memory_bytes: int | None = None) -> None:
-    p.add_argument("--model", required=True, help="Hugging Face folder, .gguf file, or smollm2-135m")
-    p.add_argument("--dtype", default="auto")
-    p.add_argument("--device", default="auto")
-    p.add_argument("--block-size", type=int, default=16)
-    p.add_argument("--kv-cache-memory-bytes", type=int, default=kv_cache_memory_bytes,
-                   help=f"KV budget on CPU (default {kv_cache_memory_bytes or 'the engine default'})")
-    p.add_argument("--gpu-memory-utilization", type=float, default=0.9)
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m paged.engine")
     commands = parser.add_subparsers(dest="command", required=True)
     prof = commands.add_parser("profile", help="measure step times for the simulator's profiled cost model")
-    _engine_args(prof, kv_cache_memory_bytes=1 << 30)  # room for the decode grid's larger points
+    add_engine_args(prof, kv_cache_memory_bytes=1 << 30)  # room for the decode grid's larger points
     prof.add_argument("--out", required=True)
     d = ProfileGrid()
     for name in ("prefill_chunks", "prefill_contexts", "decode_batches", "decode_contexts", "mixed_batches",
@@ -45,25 +35,21 @@ def main(argv: list[str] | None = None) -> int:
     prof.add_argument("--mixed-context", type=int, default=d.mixed_context)
     prof.add_argument("--repeats", type=int, default=d.repeats)
     gen = commands.add_parser("generate", help="generate from one prompt")
-    _engine_args(gen)
+    add_engine_args(gen)
     gen.add_argument("--prompt", required=True)
     gen.add_argument("--max-tokens", type=int, default=32)
     gen.add_argument("--temperature", type=float, default=0.0)
     args = parser.parse_args(argv)
 
-    if args.threads:
-        import torch
-
-        torch.set_num_threads(args.threads)
     grid = None
     if args.command == "profile":
         grid = ProfileGrid(args.prefill_chunks, args.prefill_contexts, args.decode_batches, args.decode_contexts,
                            args.mixed_batches, args.mixed_chunks, args.mixed_context, args.repeats)
     start = time.perf_counter()
-    engine = LLMEngine(EngineConfig(
-        model=args.model, dtype=args.dtype, device=args.device, block_size=args.block_size,
-        kv_cache_memory_bytes=args.kv_cache_memory_bytes, gpu_memory_utilization=args.gpu_memory_utilization,
-        max_num_batched_tokens=grid.max_num_batched_tokens if grid else None))
+    kwargs = engine_kwargs(args)
+    if grid:
+        kwargs["max_num_batched_tokens"] = grid.max_num_batched_tokens
+    engine = LLMEngine(EngineConfig(model=args.model, **kwargs))
     if args.command == "generate":
         engine.add_request(args.prompt, SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature))
         while engine.has_unfinished_requests():

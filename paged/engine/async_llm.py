@@ -13,13 +13,16 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from typing import Any, TypeVar
 
 from paged import SamplingParams
 
 from .engine import LLMEngine, Prompt
 from .engine_config import EngineConfig
 from .request_output import RequestOutput
+
+T = TypeVar("T")
 
 
 class AsyncLLM:
@@ -29,6 +32,7 @@ class AsyncLLM:
         self._streams: dict[str, asyncio.Queue] = {}
         self._to_add: list[tuple[str, Prompt, SamplingParams | None, asyncio.Queue]] = []
         self._to_abort: list[str] = []
+        self._to_inspect: list[tuple[Callable[[LLMEngine], Any], asyncio.Future]] = []
         self._wakeup: asyncio.Event | None = None
         self._loop_task: asyncio.Task | None = None
         self._ids = itertools.count()
@@ -36,7 +40,9 @@ class AsyncLLM:
     async def generate(self, prompt: Prompt, sampling_params: SamplingParams | None = None,
                        request_id: str | None = None) -> AsyncIterator[RequestOutput]:
         """Cumulative outputs of one request, one per step that moved it; the last has `finished`."""
-        request_id = f"async-{next(self._ids)}" if request_id is None else request_id
+        if request_id is None:
+            while (request_id := f"async-{next(self._ids)}") in self._streams:
+                pass  # a user's request took this name
         if request_id in self._streams:
             raise ValueError(f"request id {request_id!r} is already streaming")
         queue: asyncio.Queue = asyncio.Queue()
@@ -61,6 +67,19 @@ class AsyncLLM:
         """Stop a request; its stream ends with a last output whose finish_reason is "abort"."""
         self._to_abort.append(request_id)
         self._start()
+
+    async def inspect(self, fn: Callable[[LLMEngine], T]) -> T:
+        """`fn(engine)`, run between steps (never while one runs in its worker thread), so that it
+        reads the scheduler and the block pool in a consistent state; its result or exception."""
+        future = asyncio.get_running_loop().create_future()
+        self._to_inspect.append((fn, future))
+        self._start()
+        return await future
+
+    @property
+    def num_waiting(self) -> int:
+        """Requests queued for admission, those not yet handed to the engine included."""
+        return len(self.engine.scheduler.waiting) + len(self._to_add)
 
     def _start(self) -> None:
         """Wake the engine loop, starting it in the running event loop if it is not running there."""
@@ -91,7 +110,8 @@ class AsyncLLM:
                     queue.put_nowait(out)
 
     def _apply_pending(self) -> None:
-        """Between steps: queue the new requests, then the aborts (which may name one just added)."""
+        """Between steps: queue the new requests, then the aborts (which may name one just added),
+        then the inspections (which see both)."""
         engine = self.engine
         while self._to_add:
             request_id, prompt, params, queue = self._to_add.pop(0)
@@ -105,6 +125,14 @@ class AsyncLLM:
             queue = self._streams.get(request_id)
             if out is not None and queue is not None:
                 queue.put_nowait(out)
+        while self._to_inspect:
+            fn, future = self._to_inspect.pop(0)
+            if future.cancelled():
+                continue
+            try:
+                future.set_result(fn(engine))
+            except Exception as e:  # noqa: BLE001 -- the caller's problem, raised where it awaits
+                future.set_exception(e)
 
     async def shutdown(self) -> None:
         if self._loop_task is not None:

@@ -101,17 +101,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--hf-batch-size", type=int, default=8)
     ap.add_argument("--max-num-seqs", type=int, default=64)
     ap.add_argument("--max-num-batched-tokens", type=int, default=512)
-    ap.add_argument("--threads", type=int, default=1, help="torch CPU threads for both systems (0: torch's choice)")
+    ap.add_argument("--threads", type=int, default=1, help="torch CPU threads for both systems")
     ap.add_argument("--rounds", type=int, default=2, help="alternating runs of each system; the best counts")
     ap.add_argument("--skip-hf", action="store_true", help="measure the engine only")
     args = ap.parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
 
     # Prefix caching off: every round runs the same prompts again, and transformers has no
     # cache to reuse them from, so hits would flatter the engine.
     llm = LLM(args.model, max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
-              kv_cache_memory_bytes=1 << 30, enable_prefix_caching=False)
+              kv_cache_memory_bytes=1 << 30, enable_prefix_caching=False, threads=args.threads)
     requests = load_requests(args.trace, args.num_requests, args.input_scale, args.output_scale,
                              llm.llm_engine.model_config.vocab_size)
     num_out = sum(n for _, n in requests)

@@ -14,18 +14,21 @@ sequences on stop strings, and timing each request with `time.monotonic()`.
 """
 from __future__ import annotations
 
-import dataclasses
+import copy
 import itertools
 import time
 import warnings
+from collections.abc import Sequence
 
 import torch
 
 from paged import CacheConfig, Request, RequestStatus, SamplingParams, SchedulerConfig
 from paged.core.scheduler import Scheduler
 from paged.core.scheduler_base import BaseScheduler
+from paged.core.validation import is_int
 
 from .cache_engine import CacheEngine
+from .chat_template import render_chat
 from .engine_config import (
     DEFAULT_CPU_KV_CACHE_BYTES,
     DEFAULT_MAX_NUM_BATCHED_TOKENS,
@@ -38,12 +41,18 @@ from .request_state import RequestState
 from .runner import ModelRunner
 from .sampler import Sampler
 
-Prompt = str | list[int]
+Prompt = str | Sequence[int] | dict
+
+
+def is_int_array(x) -> bool:
+    """A 1-D numpy array (or anything array-like with one dimension) of integers."""
+    return getattr(x, "ndim", None) == 1 and getattr(getattr(x, "dtype", None), "kind", None) in ("i", "u")
 
 
 class LLMEngine:
     def __init__(self, config: EngineConfig) -> None:
         self.config = config
+        torch.set_num_threads(config.num_threads())
         self.device = device = config.torch_device()
         self.dtype = dtype = config.torch_dtype(device)
         loaded = load_model(config.model, tokenizer=config.tokenizer, dtype=dtype, device=device)
@@ -86,7 +95,9 @@ class LLMEngine:
         self.sampler = Sampler(config.seed)
         self.runner = ModelRunner(self.model, self.cache, self.sampler, device)
         self.requests: dict[str, RequestState] = {}  # unfinished, by the id the user knows
-        self._ids = itertools.count()
+        self._by_root: dict[str, RequestState] = {}  # the same, by the scheduler's id of their first sequence
+        self._ids = itertools.count()  # for requests the user did not name
+        self._internal_ids = itertools.count()
 
     def _kv_budget(self, max_num_batched_tokens: int) -> int:
         """Bytes for the KV cache: the CPU budget as given; on CUDA, `gpu_memory_utilization` of the
@@ -104,46 +115,91 @@ class LLMEngine:
     # -- requests in and out ------------------------------------------------------------------
     def add_request(self, prompt: Prompt, params: SamplingParams | None = None, request_id: str | None = None,
                     arrival_time: float | None = None) -> str:
-        """Queue a request; a ValueError naming the problem if it can never run (nothing is queued then)."""
+        """Queue a request; a ValueError naming the problem if it can never run (nothing is queued then).
+
+        `request_id` is the user's name for it, any string not already in use here; the scheduler
+        knows it under an internal id, so no user id can collide with the names the scheduler
+        gives the sequences it forks for parallel sampling."""
         params = _checked(params)
         prompt_text, prompt_ids = self._tokenize(prompt)
         if params.stop and self.tokenizer is None:
             raise ValueError("stop strings need a tokenizer, and this model has none")
-        request_id = str(next(self._ids)) if request_id is None else request_id
+        if request_id is None:
+            request_id = self._free_id()
+        elif not isinstance(request_id, str):
+            raise ValueError(f"request id {request_id!r}: expected a string")
         if request_id in self.requests:
             raise ValueError(f"request id {request_id!r} is already in use")
-        req = Request(request_id, prompt_ids, sampling_params=params,
+        req = Request(str(next(self._internal_ids)), prompt_ids, sampling_params=params,
                       arrival_time=time.monotonic() if arrival_time is None else arrival_time,
                       eos_token_id=self.model_config.eos_token_ids or None)
         self.scheduler.add_request(req)
         if req.status == RequestStatus.REJECTED:
             raise ValueError(f"request {request_id!r} rejected: {req.stop_reason}")
-        self.sampler.add_request(request_id, params)
-        self.requests[request_id] = RequestState(req, prompt_text, self.tokenizer)
+        self.sampler.add_request(req.request_id, params)
+        self.requests[request_id] = self._by_root[req.request_id] = RequestState(request_id, req, prompt_text,
+                                                                                  self.tokenizer)
         return request_id
 
+    def _free_id(self) -> str:
+        """The next counter value not already taken by a user's request."""
+        while (rid := str(next(self._ids))) in self.requests:
+            pass
+        return rid
+
     def _tokenize(self, prompt: Prompt) -> tuple[str | None, list[int]]:
+        """A string is tokenized; any other sequence (list, tuple, 1-D array) is token ids, numpy
+        integers included. A dict is vLLM's TextPrompt ({"prompt": text}) or TokensPrompt
+        ({"prompt_token_ids": ids}); with both keys, the ids are the prompt and the text its text."""
+        if isinstance(prompt, dict):
+            keys = set(prompt)
+            if not keys or not keys <= {"prompt", "prompt_token_ids"}:
+                raise ValueError(f"prompt dict with keys {sorted(map(str, keys))}: expected 'prompt' and/or "
+                                 f"'prompt_token_ids'")
+            text = prompt.get("prompt")
+            if "prompt" in keys and not isinstance(text, str):
+                raise ValueError(f"prompt['prompt'] of type {type(text).__name__}: expected a string")
+            if "prompt_token_ids" not in keys:
+                return self._tokenize(text)
+            ids = prompt["prompt_token_ids"]
+            if isinstance(ids, str):
+                raise ValueError("prompt['prompt_token_ids'] is a string: expected a list of token ids")
+            return text, self._tokenize(ids)[1]
         if isinstance(prompt, str):
             if not prompt:
                 raise ValueError("prompt is empty: expected at least one character or token")
             if self.tokenizer is None:
                 raise ValueError("this model has no tokenizer (no tokenizer.json): give prompts as token ids")
             return prompt, self.tokenizer.encode(prompt)
-        if not isinstance(prompt, (list, tuple)):
+        if not (isinstance(prompt, Sequence) or is_int_array(prompt)):
             raise ValueError(f"prompt of type {type(prompt).__name__}: expected a string or a list of token ids")
         ids = list(prompt)
         if not ids:
             raise ValueError("prompt is empty: expected at least one token id")
         vocab = self.model_config.vocab_size
-        bad = next((t for t in ids if not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < vocab), None)
+        bad = next((t for t in ids if not is_int(t) or not 0 <= t < vocab), None)
         if bad is not None:
             raise ValueError(f"prompt token id {bad!r}: expected integers in [0, {vocab})")
-        return None, ids
+        return None, [int(t) for t in ids]
+
+    def chat_prompt(self, messages, chat_template: str | None = None, add_generation_prompt: bool = True,
+                    **template_kwargs) -> dict:
+        """The prompt for chat `messages`: the model's template (or `chat_template`) rendered, then
+        tokenized without added special tokens. A TokensPrompt with its text, for add_request."""
+        tok = self.tokenizer
+        if tok is None:
+            raise ValueError("this model has no tokenizer (no tokenizer.json): chat needs one")
+        text = render_chat(chat_template or tok.chat_template, messages, bos_token=tok.bos_token,
+                           eos_token=tok.eos_token, add_generation_prompt=add_generation_prompt, **template_kwargs)
+        ids = tok.encode(text, add_special_tokens=False)
+        if not ids:
+            raise ValueError("the chat template rendered these messages as an empty prompt")
+        return {"prompt": text, "prompt_token_ids": ids}
 
     def abort_request(self, request_id: str) -> RequestOutput | None:
         """Stop a request and all its sequences; their blocks are free when this returns.
         Returns its final output (finish_reason "abort" where it was still running), None if unknown."""
-        state = self.requests.pop(request_id, None)
+        state = self.requests.get(request_id)
         if state is None:
             return None
         now = time.monotonic()
@@ -152,8 +208,17 @@ class LLMEngine:
         # children forked in a step that failed before the engine adopted them
         for orphan in [r for r in self.scheduler.requests.values() if r.parent is state.root]:
             self.scheduler.abort(orphan.request_id, now)
-        self.sampler.free_request(request_id, state.params.n)
+        self._forget(state)
         return state.output()
+
+    def _forget(self, state: RequestState) -> None:
+        del self.requests[state.request_id], self._by_root[state.root.request_id]
+        self.sampler.free_request(state.root.request_id, state.params.n)
+
+    def owner(self, seq: Request) -> str | None:
+        """The user's id of the request a scheduler sequence belongs to; None if no live request has it."""
+        state = self._by_root.get((seq.parent or seq).request_id)
+        return None if state is None else state.request_id
 
     def has_unfinished_requests(self) -> bool:
         return bool(self.requests)
@@ -169,19 +234,18 @@ class LLMEngine:
         moved: dict[str, RequestState] = {}
         for req in itertools.chain(out.decode_requests, out.prefill_requests, finished):
             root = req.parent or req
-            state = self.requests.get(root.request_id)
+            state = self._by_root.get(root.request_id)
             if state is not None and state.root is root:
                 moved[root.request_id] = state
         outputs = []
-        for request_id, state in moved.items():
+        for state in moved.values():
             if len(state.seqs) < state.params.n and state.root.num_output_tokens:
                 self._adopt_children(state, finished)
             for seq in state.read_new_tokens():
                 scheduler.finish_request(seq.request_id, now)
             outputs.append(state.output())
             if state.finished:
-                del self.requests[request_id]
-                self.sampler.free_request(request_id, state.params.n)
+                self._forget(state)
         return outputs
 
     def _adopt_children(self, state: RequestState, finished: list[Request]) -> None:
@@ -201,6 +265,6 @@ def _checked(params: SamplingParams | None) -> SamplingParams:
         return SamplingParams()
     if not isinstance(params, SamplingParams):
         raise ValueError(f"sampling params of type {type(params).__name__}: expected paged.SamplingParams")
-    # `replace` runs the checks again on the current values
-    return dataclasses.replace(params, stop_token_ids=list(params.stop_token_ids or ()),
-                               stop=[params.stop] if isinstance(params.stop, str) else list(params.stop or ()))
+    params = copy.copy(params)
+    params.validate()
+    return params

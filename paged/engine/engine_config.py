@@ -6,6 +6,7 @@ device, memory budgets) and fills the defaults that depend on the model.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import torch
@@ -17,6 +18,11 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 DEFAULT_CPU_KV_CACHE_BYTES = 256 << 20  # ~5.8k tokens of SmolLM2-135M in float32 (allocated and zeroed at start)
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048
 DEFAULT_MAX_NUM_SEQS = 256
+
+
+def default_threads() -> int:
+    """Half the CPUs this process may run on, at least one (see EngineConfig.threads)."""
+    return max(1, len(os.sched_getaffinity(0)) // 2)
 
 
 @dataclass(slots=True)
@@ -53,6 +59,7 @@ class EngineConfig:
     policy: str | Policy = "fcfs"
     preemption_mode: str = "recompute"
     watermark: float = 0.01
+    threads: int | None = None
 
     def __post_init__(self) -> None:
         # Checked before the model loads (which takes seconds), and before any division by them.
@@ -77,9 +84,12 @@ class EngineConfig:
         require(self.num_cpu_blocks is None or (is_int(self.num_cpu_blocks) and self.num_cpu_blocks >= 0),
                  "EngineConfig", "num_cpu_blocks", self.num_cpu_blocks, "an integer >= 0")
         # None means "the default"; 0 is a mistake, not a request for the default.
-        for name in ("max_num_seqs", "max_num_batched_tokens", "max_model_len"):
+        for name in ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "threads"):
             v = getattr(self, name)
             require(v is None or (is_int(v) and v >= 1), "EngineConfig", name, v, "None or an integer >= 1")
+
+    def num_threads(self) -> int:
+        return self.threads if self.threads is not None else default_threads()
 
     def torch_device(self) -> torch.device:
         if self.device == "auto":

@@ -10,10 +10,13 @@ any step runs, and leaves the engine as it was.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from paged import SamplingParams
 from paged.core.scheduler import Scheduler
+from paged.core.validation import is_int
 
-from .engine import LLMEngine, Prompt
+from .engine import LLMEngine, Prompt, is_int_array
 from .engine_config import EngineConfig
 from .request_output import RequestOutput
 
@@ -32,11 +35,12 @@ class LLM:
     def tokenizer(self):
         return self.llm_engine.tokenizer
 
-    def generate(self, prompts: Prompt | list[Prompt],
+    def generate(self, prompts: Prompt | Sequence[Prompt],
                  sampling_params: SamplingParams | list[SamplingParams] | None = None) -> list[RequestOutput]:
-        """One output per prompt, in order. A prompt is a string or a list of token ids."""
-        if isinstance(prompts, str) or (isinstance(prompts, list) and prompts and isinstance(prompts[0], int)):
-            prompts = [prompts]
+        """One output per prompt, in order. A prompt is a string, a sequence of token ids (list,
+        tuple or 1-D array, numpy integers included), or a dict as vLLM's TextPrompt/TokensPrompt;
+        one prompt or a list of them."""
+        prompts = _batch(prompts)
         params = sampling_params if isinstance(sampling_params, list) else [sampling_params] * len(prompts)
         if len(params) != len(prompts):
             raise ValueError(f"{len(params)} sampling params for {len(prompts)} prompts: expected one, or one each")
@@ -60,3 +64,33 @@ class LLM:
                 engine.abort_request(rid)
             raise
         return [results[rid] for rid in ids]
+
+    def chat(self, messages: list[dict] | list[list[dict]],
+             sampling_params: SamplingParams | list[SamplingParams] | None = None, *,
+             chat_template: str | None = None, add_generation_prompt: bool = True,
+             chat_template_kwargs: dict | None = None) -> list[RequestOutput]:
+        """vLLM's `LLM.chat`: one conversation (a list of {"role", "content"} messages) or a list of
+        them, each rendered with the model's chat template (or `chat_template`) and generated.
+        One RequestOutput per conversation; malformed messages raise a ValueError naming them."""
+        batch = messages if isinstance(messages, list) and messages and isinstance(messages[0], list) else [messages]
+        engine = self.llm_engine
+        prompts = []
+        for i, conversation in enumerate(batch):
+            try:
+                prompts.append(engine.chat_prompt(conversation, chat_template, add_generation_prompt,
+                                                  **(chat_template_kwargs or {})))
+            except ValueError as e:
+                raise ValueError(f"conversation {i}: {e}" if len(batch) > 1 else str(e)) from e
+        return self.generate(prompts, sampling_params)
+
+
+def _batch(prompts) -> list:
+    """vLLM's reading of `prompts`: a string, a dict, or a sequence of integers is one prompt;
+    any other sequence is a list of prompts."""
+    if isinstance(prompts, (str, dict)) or is_int_array(prompts):
+        return [prompts]
+    if isinstance(prompts, Sequence):
+        if prompts and all(is_int(t) for t in prompts):
+            return [prompts]
+        return list(prompts)
+    raise ValueError(f"prompts of type {type(prompts).__name__}: expected a prompt or a list of prompts")

@@ -17,8 +17,8 @@ class RequestState:
     __slots__ = ("request_id", "prompt", "params", "root", "seqs", "_tokenizer", "_detokenizers", "_num_read",
                  "_texts", "_stop_strings")
 
-    def __init__(self, root: Request, prompt: str | None, tokenizer: Tokenizer | None) -> None:
-        self.request_id = root.request_id
+    def __init__(self, request_id: str, root: Request, prompt: str | None, tokenizer: Tokenizer | None) -> None:
+        self.request_id = request_id  # the user's id (the scheduler's is root.request_id)
         self.prompt = prompt
         self.params: SamplingParams = root.sampling_params
         self.root = root
@@ -57,7 +57,7 @@ class RequestState:
             detok.add(new)
             text = detok.text
             self._texts[i] = text
-            if stops:
+            if stops and self._num_read[i] >= self.params.min_tokens:  # (vLLM's rule for min_tokens)
                 # A stop string may straddle the old and the new text, so search from just before the new part.
                 start = max(0, before - max(map(len, stops)) + 1)
                 hits = [(j, s) for s in stops if (j := text.find(s, start)) >= 0]
@@ -90,4 +90,11 @@ class RequestState:
             reason = "stop"
         elif seq.status == RequestStatus.FINISHED_STOPPED and seq.output_token_ids:
             stop_reason = seq.output_token_ids[-1]
-        return CompletionOutput(seq.index, self._texts[i], list(seq.output_token_ids), reason, stop_reason)
+        text = self._texts[i]
+        stops = self.params.stop
+        if stops and reason is None:
+            # Hold back what could be the start of a stop string, as vLLM does: the text of a
+            # running sequence is always a prefix of its final text, so a stream never has to
+            # take back what it sent.
+            text = text[:max(0, len(text) - max(map(len, stops)) + 1)]
+        return CompletionOutput(seq.index, text, list(seq.output_token_ids), reason, stop_reason)

@@ -101,8 +101,10 @@ class ModelRunner:
             else:
                 indices = (req.index,)
             root = req.request_id if parent is None else parent.request_id
+            params = req.sampling_params
+            banned = req.stop_token_ids if req.num_output_tokens < params.min_tokens else frozenset()
             for i in indices:
-                rows.append(SampleRow(logits_index, root, i, req.sampling_params))
+                rows.append(SampleRow(logits_index, root, i, params, banned))
                 seq_ids.append(req.request_id)
         width = max(len(t) for t in tables)
         device = self.device

@@ -1,4 +1,4 @@
-"""Logits -> token ids: greedy, temperature, top-k, top-p, with per-sequence random state.
+"""Logits -> token ids: greedy, temperature, top-k, top-p, min_tokens, with per-sequence random state.
 
 Each sequence owns a `torch.Generator`, seeded from its request's `seed` (or from a seed the
 engine draws for it) plus its index among the request's `n` parallel samples, as vLLM seeds
@@ -29,6 +29,8 @@ class SampleRow:
     request_id: str  # the request the user submitted (the parent of parallel samples)
     index: int
     params: SamplingParams
+    # Tokens that may not be sampled: the sequence's EOS and stop ids while it is short of min_tokens.
+    banned: frozenset[int] = frozenset()
 
 
 class Sampler:
@@ -46,7 +48,11 @@ class Sampler:
             self._generators.pop((request_id, i), None)
 
     def __call__(self, logits: torch.Tensor, rows: list[SampleRow]) -> list[int]:
-        logits = logits[[r.logits_index for r in rows]]
+        logits = logits[[r.logits_index for r in rows]]  # a copy: masking below changes only it
+        vocab = logits.shape[-1]
+        for i, r in enumerate(rows):
+            if r.banned:
+                logits[i, [t for t in r.banned if t < vocab]] = float("-inf")
         temperature = torch.tensor([r.params.temperature for r in rows], device=logits.device)
         greedy = temperature < _GREEDY_BELOW
         tokens = logits.argmax(dim=-1)

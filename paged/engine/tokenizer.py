@@ -24,32 +24,50 @@ _GGUF_SPECIAL_TYPES = (3, 4)  # llama.cpp token types CONTROL and USER_DEFINED: 
 
 
 class Tokenizer:
-    def __init__(self, backend: Backend, bos_token_id: int | None = None) -> None:
-        """`bos_token_id`: prepended by `encode` when the backend's own post-processor does not add it."""
+    def __init__(self, backend: Backend, bos_token_id: int | None = None, chat_template: str | None = None,
+                 bos_token: str | None = None, eos_token: str | None = None) -> None:
+        """`bos_token_id`: prepended by `encode` when the backend's own post-processor does not add it.
+        `chat_template` (Jinja) and the `bos_token`/`eos_token` strings it may use: see chat_template.py."""
         self.backend = backend
         self.bos_token_id = bos_token_id
+        self.chat_template = chat_template
+        self.bos_token = bos_token
+        self.eos_token = eos_token
 
-    def encode(self, text: str) -> list[int]:
-        ids = self.backend.encode(text).ids
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        """Token ids of `text`; without `add_special_tokens` (a rendered chat template carries its
+        own), neither the BOS rule nor the backend's post-processor adds anything."""
+        ids = self.backend.encode(text, add_special_tokens=add_special_tokens).ids
         bos = self.bos_token_id
-        return [bos, *ids] if bos is not None and ids[:1] != [bos] else ids
+        return [bos, *ids] if add_special_tokens and bos is not None and ids[:1] != [bos] else ids
 
     def decode(self, token_ids: list[int]) -> str:
         return self.backend.decode(token_ids, skip_special_tokens=True)
 
     @classmethod
     def from_folder(cls, folder: Path) -> Tokenizer:
-        """A Hugging Face folder: tokenizer.json, and tokenizer_config.json's `add_bos_token` if any."""
+        """A Hugging Face folder: tokenizer.json; tokenizer_config.json's `add_bos_token`, special
+        tokens and `chat_template` (a string, or a list of named ones: "default" is taken), or a
+        `chat_template.jinja` file, which newer transformers write instead."""
         backend = Backend.from_file(str(folder / "tokenizer.json"))
-        bos = None
+        bos_id = None
+        cfg = {}
         config = folder / "tokenizer_config.json"
         if config.exists():
-            cfg = json.loads(config.read_text())
-            token = cfg.get("bos_token")
-            token = token.get("content") if isinstance(token, dict) else token
-            if cfg.get("add_bos_token") and token is not None:
-                bos = backend.token_to_id(token)
-        return cls(backend, bos)
+            try:
+                cfg = json.loads(config.read_text())
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{config}: not valid JSON ({e})") from e
+        bos, eos = _token_text(cfg.get("bos_token")), _token_text(cfg.get("eos_token"))
+        if cfg.get("add_bos_token") and bos is not None:
+            bos_id = backend.token_to_id(bos)
+        template = cfg.get("chat_template")
+        if isinstance(template, list):
+            template = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}.get("default")
+        jinja_file = folder / "chat_template.jinja"
+        if jinja_file.exists():
+            template = jinja_file.read_text()
+        return cls(backend, bos_id, template if isinstance(template, str) else None, bos, eos)
 
     @classmethod
     def from_gguf(cls, fields: dict) -> Tokenizer:
@@ -67,7 +85,16 @@ class Tokenizer:
         backend.add_special_tokens([AddedToken(tokens[i], special=True, normalized=False)
                                     for i, t in enumerate(types) if t in _GGUF_SPECIAL_TYPES])
         bos = fields.get("tokenizer.ggml.bos_token_id") if fields.get("tokenizer.ggml.add_bos_token") else None
-        return cls(backend, bos)
+        bos_text, eos_text = (tokens[i] if isinstance(i, int) and 0 <= i < len(tokens) else None
+                              for i in (fields.get("tokenizer.ggml.bos_token_id"),
+                                        fields.get("tokenizer.ggml.eos_token_id")))
+        return cls(backend, bos, fields.get("tokenizer.chat_template"), bos_text, eos_text)
+
+
+def _token_text(token) -> str | None:
+    """A special token as tokenizer_config.json writes it: a string, or an AddedToken object."""
+    token = token.get("content") if isinstance(token, dict) else token
+    return token if isinstance(token, str) else None
 
 
 class IncrementalDetokenizer:

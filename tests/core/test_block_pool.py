@@ -13,6 +13,7 @@ class BlockPoolMachine(RuleBasedStateMachine):
         super().__init__()
         self.pool = BlockPool(NUM_BLOCKS)
         self.holders: list[list] = []  # each holder owns one reference to each of its blocks
+        self.taken = self.given_back = 0  # blocks taken off the free lists / given back to them
 
     @rule(n=st.integers(1, 4))
     def allocate(self, n):
@@ -23,11 +24,13 @@ class BlockPoolMachine(RuleBasedStateMachine):
         blocks = self.pool.allocate_n(n)
         assert all(b.ref_cnt == 1 and b.block_hash is None for b in blocks)
         self.holders.append(blocks)
+        self.taken += n
 
     @precondition(lambda self: self.holders)
     @rule(i=st.integers(0, 100))
     def free(self, i):
         blocks = self.holders.pop(i % len(self.holders))
+        self.given_back += sum(b.ref_cnt == 1 for b in blocks)
         self.pool.free(reversed(blocks))
 
     @precondition(lambda self: self.holders)
@@ -41,6 +44,7 @@ class BlockPoolMachine(RuleBasedStateMachine):
         b = self.pool.get_cached(("h", h))
         if b is not None:
             assert b.block_hash == ("h", h)
+            self.taken += b.ref_cnt == 0
             self.pool.touch([b])
             self.holders.append([b])
 
@@ -60,6 +64,10 @@ class BlockPoolMachine(RuleBasedStateMachine):
         assert [b.ref_cnt for b in self.pool.blocks] == counts
         assert self.pool.num_free_blocks == counts.count(0)
         assert self.pool.free_block_ids() == {i for i, c in enumerate(counts) if c == 0}
+
+    @invariant()
+    def allocations_and_frees_are_counted(self):
+        assert (self.pool.num_allocations, self.pool.num_frees) == (self.taken, self.given_back)
 
     @invariant()
     def cache_map_is_consistent(self):

@@ -328,3 +328,17 @@ def test_parallel_samples_that_each_need_the_others_room_do_not_deadlock():
         assert not out.is_empty, f"nothing scheduled with work left at step {step}: {s.stats()}"
         s.update_from_output(out, None, float(step + 1))
     assert not s.has_unfinished_requests() and s.num_finished == 7 and s.num_preemptions > 0
+
+
+def test_aborted_queued_requests_are_not_kept():
+    """Queued requests aborted behind a head that cannot be admitted are skipped lazily; they
+    must still be dropped once they outnumber the live ones, or a long-lived driver keeps them all."""
+    s = make(num_blocks=8, bs=4, max_num_seqs=1)  # fcfs: a static order, kept in a heap
+    s.add_request(Request("head", list(range(8)), sampling_params=SamplingParams(max_tokens=100)))
+    s.schedule(0.0)  # running; it holds the only sequence slot, so the queue stays blocked
+    s.add_request(Request("blocked", [1, 2], sampling_params=SamplingParams(max_tokens=2)))  # the queue's head
+    for i in range(200):
+        s.add_request(Request(f"r{i}", [i, i + 1], sampling_params=SamplingParams(max_tokens=2)))
+        s.abort(f"r{i}")
+        s.schedule(float(i))
+    assert len(s.waiting._heap) <= 3 and len(s.waiting) == 1

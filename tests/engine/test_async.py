@@ -94,3 +94,14 @@ def test_engine_serves_successive_event_loops(engine):
     for prompt in ([1, 2], [3, 4]):
         outs = asyncio.run(_collect(engine, prompt, SamplingParams(temperature=0.0, max_tokens=3)))
         assert outs[-1].finished and len(outs[-1].token_ids) == 3
+
+
+def test_unnamed_streams_skip_the_ids_users_took(engine):
+    async def main():
+        mine = engine.generate([1, 2], PARAMS, request_id="async-0")
+        await anext(mine)
+        auto = await _collect(engine, [3, 4])  # would be "async-0" too, and refused, if names were not skipped
+        return auto, [o async for o in mine]
+
+    auto, mine = asyncio.run(main())
+    assert auto[-1].request_id != "async-0" and auto[-1].finished and mine[-1].finished

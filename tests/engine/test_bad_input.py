@@ -39,6 +39,9 @@ def test_bad_prompt_names_itself_and_the_engine_goes_on(llm, prompt, message):
 @pytest.mark.parametrize(("field", "value"), [
     ("temperature", -0.5), ("top_p", 0.0), ("top_p", 1.5), ("max_tokens", 0), ("top_k", -2), ("n", 0),
     ("seed", 2**64), ("seed", 1.5), ("seed", "x"), ("stop", [1]), ("stop_token_ids", [[1]]), ("max_tokens", True),
+    ("ignore_eos", "no"), ("ignore_eos", 1), ("stop", 123), ("stop", [""]), ("stop_token_ids", [-1]),
+    ("stop_token_ids", 5), ("min_tokens", -1), ("min_tokens", 17), ("min_tokens", 2.0), ("temperature", float("inf")),
+    ("temperature", "hot"), ("top_k", 1.5), ("top_p", None), ("n", 1.0),
 ])
 def test_invalid_sampling_params(llm, field, value):
     with pytest.raises(ValueError, match=field):
@@ -48,6 +51,22 @@ def test_invalid_sampling_params(llm, field, value):
     with pytest.raises(ValueError, match=field):
         llm.generate(["fine"], params)
     assert_all_blocks_free(llm)
+
+
+def test_token_ids_in_any_integer_sequence_are_one_prompt(llm):
+    """As vLLM: a sequence of integers (numpy's included) is one prompt, not a batch of prompts."""
+    import numpy as np
+
+    ref = llm.generate([[5, 6, 7]], GOOD)[0].token_ids
+    for prompt in ((5, 6, 7), [np.int64(5), np.int32(6), 7], np.array([5, 6, 7]), {"prompt_token_ids": (5, 6, 7)}):
+        outs = llm.generate(prompt, GOOD)
+        assert len(outs) == 1 and outs[0].token_ids == ref and outs[0].prompt_token_ids == [5, 6, 7]
+        assert all(type(t) is int for t in outs[0].prompt_token_ids)
+    assert [o.token_ids for o in llm.generate([(5, 6, 7), "fine"], GOOD)][0] == ref
+    with pytest.raises(ValueError, match="prompt 0: prompt token id 5.0"):
+        llm.generate([(5.0, 6)], GOOD)
+    with pytest.raises(ValueError, match="prompt dict with keys"):
+        llm.generate({"text": "fine"}, GOOD)
 
 
 def test_prompt_larger_than_the_cache_is_rejected(tiny_llama):
@@ -103,6 +122,8 @@ def test_broken_model_folders_name_the_problem(tiny_llama, tmp_path, config, wha
     ({"max_num_seqs": 0}, "max_num_seqs"),
     ({"max_num_batched_tokens": 0}, "max_num_batched_tokens"),
     ({"gpu_memory_utilization": "most"}, "gpu_memory_utilization"),
+    ({"threads": 0}, "threads"),
+    ({"threads": 1.5}, "threads"),
 ])
 def test_bad_engine_settings_are_refused_before_loading(kwargs, field):
     with pytest.raises(ValueError, match=rf"EngineConfig\.{field}="):

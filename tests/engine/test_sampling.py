@@ -118,3 +118,62 @@ def test_parallel_samples_when_a_child_name_is_taken(llm):
     assert len(done["x-1"].outputs) == 1 and len(done["x"].outputs) == 2
     assert done["x"].outputs[0].token_ids == done["x"].outputs[1].token_ids == done["x-1"].token_ids
     assert_all_blocks_free(llm)
+
+
+def test_a_users_id_never_collides_with_a_fork(llm):
+    """While "chat" (n=2) runs, its fork exists in the scheduler; a user's own "chat-1" is still
+    accepted, because the scheduler knows requests by internal ids, never by the user's."""
+    engine = llm.llm_engine
+    params = SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True)
+    engine.add_request(PROMPT, SamplingParams(temperature=0.0, max_tokens=8, n=2, ignore_eos=True), request_id="chat")
+    while not any(r.parent is not None for r in llm.scheduler.requests.values()):
+        engine.step()
+    engine.add_request(PROMPT, params, request_id="chat-1")
+    with pytest.raises(ValueError, match="'chat-1' is already in use"):
+        engine.add_request(PROMPT, params, request_id="chat-1")  # user ids are still unique among users
+    done = {}
+    while engine.has_unfinished_requests():
+        done.update((o.request_id, o) for o in engine.step() if o.finished)
+    assert len(done["chat"].outputs) == 2 and len(done["chat-1"].outputs) == 1
+    assert done["chat"].outputs[1].token_ids == done["chat-1"].token_ids
+    assert_all_blocks_free(llm)
+
+
+def test_unnamed_requests_skip_the_ids_users_took(llm):
+    engine = llm.llm_engine
+    taken = [engine.add_request([1, 2], SamplingParams(max_tokens=2), request_id=str(i)) for i in range(100)]
+    auto = engine.add_request([1, 2], SamplingParams(max_tokens=2))
+    assert auto not in taken
+    while engine.has_unfinished_requests():
+        engine.step()
+
+
+def test_min_tokens_holds_off_stop_tokens_and_stop_strings(llm, tiny_llama):
+    """vLLM's min_tokens: no stop token (EOS included) and no stop string ends a sequence earlier."""
+    first = hf_greedy(tiny_llama[1], PROMPT, 1, eos=None)[0]
+    params = SamplingParams(temperature=0.0, max_tokens=12, stop_token_ids=[first], ignore_eos=True)
+    assert llm.generate([PROMPT], params)[0].token_ids == [first]
+    params.min_tokens = 5
+    out = llm.generate([PROMPT], params)[0]
+    assert len(out.token_ids) >= 5 and first not in out.token_ids[:4]
+    text = llm.generate(["Once upon a time"], SamplingParams(temperature=0.0, max_tokens=20, ignore_eos=True))[0].text
+    params = SamplingParams(temperature=0.0, max_tokens=20, stop=[text[0]], ignore_eos=True)
+    early = llm.generate(["Once upon a time"], params)[0]
+    assert early.finish_reason == "stop" and early.text == ""
+    params.min_tokens = len(early.token_ids) + 3
+    assert len(llm.generate(["Once upon a time"], params)[0].token_ids) >= params.min_tokens
+    assert_all_blocks_free(llm)
+
+
+def test_streamed_text_never_takes_back_the_start_of_a_stop_string(llm):
+    """Each output's text is a prefix of the final one: what could begin a stop string is held
+    back until the sequence shows it is not one."""
+    full = llm.generate(["Once upon a time"], SamplingParams(temperature=0.0, max_tokens=20, ignore_eos=True))[0].text
+    stop = full[4:7]
+    engine = llm.llm_engine
+    engine.add_request("Once upon a time", SamplingParams(temperature=0.0, max_tokens=20, stop=[stop]), "s")
+    texts = []
+    while engine.has_unfinished_requests():
+        texts += [o.text for o in engine.step()]
+    assert texts[-1] == full[:full.index(stop)]
+    assert all(texts[-1].startswith(t) for t in texts)

@@ -38,3 +38,25 @@ def test_greedy_matches_transformers(smollm2, smollm2_hf):
         assert out.token_ids == logits[n - 1:n - 1 + len(out.token_ids)].argmax(-1).tolist(), prompt
         assert out.text == smollm2.tokenizer.decode(out.token_ids)
     assert outputs[0].text.startswith(" Paris")
+
+
+QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
+
+
+def test_chat_uses_the_models_template(smollm2):
+    """The instruct model answers only inside its template: raw, the question gets an empty answer."""
+    out = smollm2.chat(QUESTION, SamplingParams(temperature=0.0, max_tokens=16))[0]
+    assert "Paris" in out.text
+    assert out.prompt.startswith("<|im_start|>system\n") and out.prompt.endswith("<|im_start|>assistant\n")
+    assert out.prompt_token_ids == smollm2.tokenizer.encode(out.prompt, add_special_tokens=False)
+    assert (out.finish_reason, out.outputs[0].stop_reason) == ("stop", 2)  # <|im_end|>, the model's EOS
+
+
+def test_ignore_eos_and_min_tokens_on_a_real_eos(smollm2):
+    """The answer ends with EOS well before 16 tokens: ignore_eos runs on, min_tokens holds EOS off."""
+    short = smollm2.chat(QUESTION, SamplingParams(temperature=0.0, max_tokens=16))[0]
+    assert len(short.token_ids) < 12
+    full = smollm2.chat(QUESTION, SamplingParams(temperature=0.0, max_tokens=16, ignore_eos=True))[0]
+    assert (len(full.token_ids), full.finish_reason) == (16, "length")
+    held = smollm2.chat(QUESTION, SamplingParams(temperature=0.0, max_tokens=16, min_tokens=12))[0]
+    assert len(held.token_ids) >= 12 and 2 not in held.token_ids[:11]

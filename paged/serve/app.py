@@ -1,0 +1,153 @@
+"""The OpenAI-compatible app over one `AsyncLLM`: routes, authentication, admission, streaming.
+
+    POST /v1/completions, /v1/chat/completions   (stream: server-sent events ending in [DONE])
+    GET  /v1/models, /health, /metrics, /debug/kv
+
+With an API key, /v1 and /debug need `Authorization: Bearer <key>` (vLLM protects /v1; the
+block tables are no one else's business either); /health and /metrics stay open for probes and
+scrapers. Bodies over `max_body_bytes` get 413; with `max_waiting`, a request arriving while
+that many wait gets 503 with Retry-After instead of a place in an ever longer queue.
+"""
+from __future__ import annotations
+
+import hmac
+import json
+import uuid
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+from fastapi.sse import EventSourceResponse, format_sse_event
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from paged.engine import AsyncLLM
+
+from .debug_kv import kv_report
+from .errors import APIError, error_body, install_error_handlers
+from .metrics import ServerMetrics, scheduler_snapshot
+from .protocol import GenerateRequest, chat_request, completion_request, parse_json, read_body
+from .responses import ResponseBuilder
+from .streams import merge
+
+
+@dataclass(slots=True)
+class ServeSettings:
+    served_model_names: list[str]
+    api_key: str | None = None
+    max_waiting: int | None = None  # None: no limit
+    max_body_bytes: int = 4 << 20
+    chat_template: str | None = None  # None: the model's own
+    retry_after_s: int = 1
+
+
+def build_app(engine: AsyncLLM, settings: ServeSettings) -> FastAPI:
+    names = settings.served_model_names
+    metrics = ServerMetrics(names[0])
+    llm_engine = engine.engine
+    max_model_len = llm_engine.scheduler.config.max_model_len
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        yield
+        await engine.shutdown()
+
+    app = FastAPI(title="paged", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    install_error_handlers(app, metrics.error)
+
+    key = settings.api_key.encode() if settings.api_key is not None else None
+
+    def authorized(request: Request) -> None:
+        if key is None:
+            return
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), key):
+            raise APIError(401, "missing or invalid API key (Authorization: Bearer <key>)")
+
+    protected = [Depends(authorized)]
+
+    @app.get("/health")
+    async def health() -> Response:
+        return Response(status_code=200)
+
+    @app.get("/metrics")
+    async def prometheus() -> Response:
+        return Response(metrics.render(await engine.inspect(scheduler_snapshot)), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/debug/kv", dependencies=protected)
+    async def debug_kv() -> JSONResponse:
+        return JSONResponse(await engine.inspect(kv_report))
+
+    @app.get("/v1/models", dependencies=protected)
+    async def models() -> JSONResponse:
+        return JSONResponse({"object": "list", "data": [
+            {"id": name, "object": "model", "created": 0, "owned_by": "paged", "root": llm_engine.model_name,
+             "max_model_len": max_model_len} for name in names]})
+
+    @app.post("/v1/completions", dependencies=protected)
+    async def completions(request: Request) -> Response:
+        req = completion_request(parse_json(await read_body(request, settings.max_body_bytes)), names)
+        return await generate(req, ResponseBuilder(False, f"cmpl-{uuid.uuid4().hex}", req.model, req.params.n,
+                                                   req.return_token_ids))
+
+    @app.post("/v1/chat/completions", dependencies=protected)
+    async def chat_completions(request: Request) -> Response:
+        req, chat = chat_request(parse_json(await read_body(request, settings.max_body_bytes)), names, max_model_len)
+        try:
+            req.prompts = [llm_engine.chat_prompt(chat_template=settings.chat_template, **chat)]
+        except ValueError as e:
+            raise APIError(400, str(e), "messages") from None
+        return await generate(req, ResponseBuilder(True, f"chatcmpl-{uuid.uuid4().hex}", req.model, req.params.n,
+                                                   req.return_token_ids))
+
+    async def generate(req: GenerateRequest, builder: ResponseBuilder) -> Response:
+        if settings.max_waiting is not None and engine.num_waiting >= settings.max_waiting:
+            raise APIError(503, f"the server is busy: {engine.num_waiting} requests are waiting "
+                                f"(--max-waiting {settings.max_waiting}); retry later",
+                           headers={"Retry-After": str(settings.retry_after_s)})
+        streams = [engine.generate(p, req.params, request_id=f"{builder.id}-{i}") for i, p in enumerate(req.prompts)]
+        trackers = [metrics.tracker() for _ in streams]
+        outputs = merge(streams)
+        try:
+            first = await anext(outputs)  # a bad prompt fails here, before any status is sent
+        except ValueError as e:
+            raise APIError.bad_request(e) from None
+        last = [None] * len(streams)
+
+        def take(i, out):
+            trackers[i].observe(out)
+            last[i] = out
+
+        take(*first)
+        if not req.stream:
+            try:
+                async for i, out in outputs:
+                    take(i, out)
+            except ValueError as e:
+                raise APIError.bad_request(e) from None
+            return JSONResponse(builder.response(last))
+
+        async def events():
+            chunk = builder.chunk(first[0], first[1], req.include_usage)
+            if chunk:
+                yield _event(chunk)
+            try:
+                async for i, out in outputs:
+                    take(i, out)
+                    if chunk := builder.chunk(i, out, req.include_usage):
+                        yield _event(chunk)
+            except ValueError as e:  # a later prompt of the request failed: say so in the stream
+                error = APIError.bad_request(e)
+                yield _event(error_body(error.status, error.message, error.param))
+            else:
+                if req.include_usage:
+                    yield _event(builder.usage_chunk(last))
+            yield format_sse_event(data_str="[DONE]")
+
+        return EventSourceResponse(events())
+
+    return app
+
+
+def _event(body: dict) -> bytes:
+    return format_sse_event(data_str=json.dumps(body, ensure_ascii=False, separators=(",", ":")))

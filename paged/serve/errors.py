@@ -1,0 +1,67 @@
+"""Errors as OpenAI's API returns them: a status code and `{"error": {"message", "type", "param", "code"}}`.
+
+Everything the server refuses is raised as an `APIError`; the app's handlers turn it, FastAPI's
+own HTTP errors (404 route, 405, 413 from the body limit) and any unexpected exception into
+this one shape, so a client always reads the same body and no request can take the server down.
+"""
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable
+from http import HTTPStatus
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+
+log = logging.getLogger("paged.serve")
+
+# OpenAI's error types by status
+_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
+          413: "invalid_request_error", 503: "service_unavailable_error"}
+_SAMPLING_FIELD = re.compile(r"SamplingParams\.(\w+)=")
+
+
+class APIError(Exception):
+    def __init__(self, status: int, message: str, param: str | None = None, headers: dict | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.param, self.headers = status, message, param, headers
+
+    @classmethod
+    def bad_request(cls, e: ValueError) -> APIError:
+        """A ValueError from the engine or the core, as a 400 naming the field it names."""
+        message = str(e)
+        m = _SAMPLING_FIELD.match(message)
+        param = m.group(1) if m else "messages" if "messages" in message else "prompt" if "prompt" in message else None
+        return cls(400, message, param)
+
+
+def error_body(status: int, message: str, param: str | None = None) -> dict:
+    phrase = HTTPStatus(status).phrase.replace(" ", "")
+    return {"error": {"message": message, "type": _TYPES.get(status, phrase if status < 500 else "server_error"),
+                      "param": param, "code": status}}
+
+
+def error_response(status: int, message: str, param: str | None = None, headers: dict | None = None) -> JSONResponse:
+    return JSONResponse(error_body(status, message, param), status_code=status, headers=headers)
+
+
+def install_error_handlers(app: FastAPI, on_error: Callable[[int], None]) -> None:
+    """Every error answer goes through these handlers; `on_error(status)` counts each."""
+    def respond(status: int, message: str, param: str | None = None, headers: dict | None = None) -> JSONResponse:
+        on_error(status)
+        return error_response(status, message, param, headers)
+
+    @app.exception_handler(APIError)
+    async def api_error(request: Request, e: APIError) -> JSONResponse:
+        return respond(e.status, e.message, e.param, e.headers)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, e: HTTPException) -> JSONResponse:
+        return respond(e.status_code, str(e.detail), None, getattr(e, "headers", None))
+
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, e: Exception) -> JSONResponse:
+        log.exception("%s %s failed", request.method, request.url.path)
+        return respond(500, f"internal error: {type(e).__name__}: {e}")

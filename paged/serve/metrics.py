@@ -1,0 +1,142 @@
+"""Prometheus metrics under vLLM's names, plus the article's own under `paged:`.
+
+Per app, in its own `CollectorRegistry` (never the process-global one), so a process (a test)
+may build several apps. Two sources:
+
+- per request, as the server streams it: prompt and generation tokens, successes by finish
+  reason, and the latency histograms (TTFT, inter-token, end-to-end, queue time);
+- the scheduler and block pool, read at scrape time between engine steps
+  (`AsyncLLM.inspect`): requests running and waiting, KV usage, prefix-cache queries and hits,
+  preemptions — and fragmentation, effective batch size, queue depth, block allocations and
+  frees, aborted sequences (`paged:`), with failed HTTP requests by status
+  (`paged:request_errors_total`).
+"""
+from __future__ import annotations
+
+import time
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from paged.engine import LLMEngine, RequestOutput
+
+# vLLM's buckets
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
+                40.0, 80.0, 160.0, 640.0, 2560.0)
+ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0,
+               80.0)
+REQUEST_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0,
+                   480.0, 960.0, 1920.0, 7680.0)
+
+# name, kind, help, how to read it from the snapshot
+_SCHEDULER_METRICS = [
+    ("vllm:num_requests_running", "gauge", "Requests in the running batch.", "num_requests_running"),
+    ("vllm:num_requests_waiting", "gauge", "Requests waiting to be admitted.", "num_requests_waiting"),
+    ("vllm:kv_cache_usage_perc", "gauge", "Fraction of KV blocks in use (1 = full).", "kv_cache_usage_perc"),
+    ("vllm:prefix_cache_queries", "counter", "Prompt tokens looked up in the prefix cache.", "prefix_cache_queries"),
+    ("vllm:prefix_cache_hits", "counter", "Prompt tokens found in the prefix cache.", "prefix_cache_hits"),
+    ("vllm:num_preemptions", "counter", "Preemptions of running requests.", "num_preemptions"),
+    ("paged:kv_cache_fragmentation", "gauge",
+     "Allocated KV slots not holding a token / allocated slots (internal fragmentation).", "fragmentation"),
+    ("paged:effective_batch_size", "gauge", "Sequences in the last engine step.", "effective_batch_size"),
+    ("paged:queue_depth", "gauge", "Requests waiting or swapped out.", "queue_depth"),
+    ("paged:block_allocations", "counter", "KV blocks taken off the free lists.", "block_allocations"),
+    ("paged:block_frees", "counter", "KV blocks given back to the free lists.", "block_frees"),
+    ("paged:aborted_requests", "counter", "Sequences aborted (clients gone, requests cancelled).", "num_aborted"),
+]
+
+
+def scheduler_snapshot(engine: LLMEngine) -> dict:
+    """What the scrape reports about the scheduler; run between steps (AsyncLLM.inspect)."""
+    stats = engine.scheduler.stats()
+    pool = engine.scheduler.kv.pool
+    return {"num_requests_running": stats.num_requests_running, "num_requests_waiting": stats.num_requests_waiting,
+            "kv_cache_usage_perc": stats.kv_cache_usage_perc, "prefix_cache_queries": stats.prefix_cache_queries,
+            "prefix_cache_hits": stats.prefix_cache_hits, "num_preemptions": stats.num_preemptions,
+            "fragmentation": stats.fragmentation, "effective_batch_size": stats.effective_batch_size,
+            "queue_depth": stats.queue_depth, "block_allocations": pool.num_allocations,
+            "block_frees": pool.num_frees, "num_aborted": stats.num_aborted}
+
+
+class _SchedulerCollector:
+    """Yields the last snapshot's values; the /metrics handler refreshes it before each scrape."""
+
+    def __init__(self, model_name: str) -> None:
+        self.model_name = model_name
+        self.snapshot: dict | None = None
+
+    def collect(self):
+        if self.snapshot is None:
+            return
+        for name, kind, help_, key in _SCHEDULER_METRICS:
+            family = (GaugeMetricFamily if kind == "gauge" else CounterMetricFamily)(name, help_,
+                                                                                       labels=["model_name"])
+            family.add_metric([self.model_name], self.snapshot[key])
+            yield family
+
+
+class ServerMetrics:
+    def __init__(self, model_name: str) -> None:
+        self.registry = registry = CollectorRegistry()
+        label = ["model_name"]
+        self.model_name = model_name
+        self.prompt_tokens = Counter("vllm:prompt_tokens", "Prompt tokens processed.", label, registry=registry)
+        self.generation_tokens = Counter("vllm:generation_tokens", "Tokens generated.", label, registry=registry)
+        self.request_success = Counter("vllm:request_success", "Finished requests by finish reason.",
+                                       ["model_name", "finished_reason"], registry=registry)
+        self.errors = Counter("paged:request_errors", "Requests answered with an HTTP error, by status.",
+                              ["model_name", "status"], registry=registry)
+        self.ttft = Histogram("vllm:time_to_first_token_seconds", "Time to first token.", label,
+                              buckets=TTFT_BUCKETS, registry=registry)
+        self.itl = Histogram("vllm:inter_token_latency_seconds", "Time between successive output tokens.", label,
+                             buckets=ITL_BUCKETS, registry=registry)
+        self.e2e = Histogram("vllm:e2e_request_latency_seconds", "Arrival to last token.", label,
+                             buckets=REQUEST_BUCKETS, registry=registry)
+        self.queue_time = Histogram("vllm:request_queue_time_seconds", "Arrival to first scheduled.", label,
+                                    buckets=REQUEST_BUCKETS, registry=registry)
+        self._scheduler = _SchedulerCollector(model_name)
+        registry.register(self._scheduler)
+
+    def render(self, snapshot: dict) -> bytes:
+        self._scheduler.snapshot = snapshot
+        return generate_latest(self.registry)
+
+    def error(self, status: int) -> None:
+        self.errors.labels(self.model_name, str(status)).inc()
+
+    def tracker(self) -> RequestTracker:
+        return RequestTracker(self)
+
+
+class RequestTracker:
+    """Follows one engine request's outputs as the server reads them."""
+
+    __slots__ = ("metrics", "num_tokens", "last_time")
+
+    def __init__(self, metrics: ServerMetrics) -> None:
+        self.metrics = metrics
+        self.num_tokens = 0
+        self.last_time = 0.0
+
+    def observe(self, out: RequestOutput) -> None:
+        m, name = self.metrics, self.metrics.model_name
+        now = time.monotonic()
+        num_tokens = sum(len(c.token_ids) for c in out.outputs)
+        new = num_tokens - self.num_tokens
+        if new > 0:
+            if self.num_tokens == 0:
+                if out.metrics.ttft is not None:
+                    m.ttft.labels(name).observe(out.metrics.ttft)
+            else:
+                gap = (now - self.last_time) / new
+                for _ in range(new):
+                    m.itl.labels(name).observe(gap)
+            self.num_tokens, self.last_time = num_tokens, now
+        if out.finished:
+            m.prompt_tokens.labels(name).inc(len(out.prompt_token_ids))
+            m.generation_tokens.labels(name).inc(num_tokens)
+            for c in out.outputs:
+                m.request_success.labels(name, c.finish_reason).inc()
+            for histogram, value in ((m.e2e, out.metrics.e2e), (m.queue_time, out.metrics.queue_time)):
+                if value is not None:
+                    histogram.labels(name).observe(value)

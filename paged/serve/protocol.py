@@ -1,0 +1,155 @@
+"""OpenAI request bodies -> what the engine takes: prompts and `SamplingParams`.
+
+Fields keep OpenAI's names, plus vLLM's extensions (`top_k`, `min_tokens`, `ignore_eos`,
+`stop_token_ids`, `return_token_ids`, `chat_template_kwargs`, `add_generation_prompt`).
+Every bad field is an `APIError` 400 naming it; the values themselves are checked where every
+request enters the engine (`SamplingParams.validate`), so the HTTP layer adds no second set of
+rules. Fields the engine cannot honour are refused unless they hold their neutral value, rather
+than silently ignored; other unknown fields are ignored, as vLLM does.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from fastapi import Request
+
+from paged import SamplingParams
+from paged.core.validation import is_int
+
+from .errors import APIError
+
+# OpenAI/vLLM name -> SamplingParams field, where they differ
+_RENAMED = {"max_completion_tokens": "max_tokens"}
+_SAMPLING = ("max_tokens", "temperature", "top_p", "top_k", "seed", "n", "stop", "stop_token_ids", "ignore_eos",
+             "min_tokens")
+# Accepted only at their neutral values: anything else would be silently wrong.
+_NEUTRAL = {"logprobs": (None, False, 0), "top_logprobs": (None, 0), "presence_penalty": (None, 0),
+            "frequency_penalty": (None, 0), "repetition_penalty": (None, 1), "echo": (None, False),
+            "suffix": (None, ""), "logit_bias": (None, {}), "tools": (None, []), "tool_choice": (None, "none"),
+            "response_format": (None, {"type": "text"})}
+
+
+@dataclass(slots=True)
+class GenerateRequest:
+    """One parsed request: the engine prompts (one per choice group) and how to answer."""
+
+    model: str
+    prompts: list
+    params: SamplingParams
+    stream: bool
+    include_usage: bool
+    return_token_ids: bool
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The body, refused with 413 as soon as it is known to exceed `limit` bytes: from its
+    declared length, or while it arrives (a chunked body declares none)."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise APIError(413, f"the body has {declared} bytes: the limit is {limit}")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise APIError(413, f"the body exceeds the limit of {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def parse_json(raw: bytes) -> dict:
+    try:
+        body = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise APIError(400, f"the body is not valid JSON: {e}") from None
+    if not isinstance(body, dict):
+        raise APIError(400, f"the body is a JSON {type(body).__name__}: expected an object")
+    return body
+
+
+def check_model(body: dict, served: list[str]) -> str:
+    """The model asked for (the first served name when omitted, as vLLM); 404 for any other."""
+    model = body.get("model")
+    if model is None:
+        return served[0]
+    if model not in served:
+        raise APIError(404, f"The model `{model}` does not exist (served: {served}).", "model")
+    return model
+
+
+def completion_request(body: dict, served: list[str]) -> GenerateRequest:
+    model = check_model(body, served)
+    return GenerateRequest(model, _prompts(body.get("prompt")), _sampling_params(body, default_max_tokens=16),
+                           *_stream_options(body), _flag(body, "return_token_ids"))
+
+
+def chat_request(body: dict, served: list[str], max_model_len: int) -> tuple[GenerateRequest, dict]:
+    """The request (prompts still empty: rendering needs the engine's template) and the keyword
+    arguments of `LLMEngine.chat_prompt`: messages, template variables, add_generation_prompt."""
+    model = check_model(body, served)
+    if "messages" not in body:
+        raise APIError(400, "missing 'messages': expected a list of {role, content} objects", "messages")
+    kwargs = body.get("chat_template_kwargs") or {}
+    if not isinstance(kwargs, dict) or not all(isinstance(k, str) for k in kwargs):
+        raise APIError(400, f"chat_template_kwargs={kwargs!r}: expected an object", "chat_template_kwargs")
+    chat = {"messages": body["messages"], "add_generation_prompt": _flag(body, "add_generation_prompt", True),
+            **kwargs}
+    # No max_tokens: up to max_model_len (the scheduler stops each sequence there), as vLLM.
+    params = _sampling_params(body, default_max_tokens=max_model_len)
+    return GenerateRequest(model, [], params, *_stream_options(body), _flag(body, "return_token_ids")), chat
+
+
+def _prompts(prompt) -> list:
+    """OpenAI's four spellings: a text, a list of texts, token ids, a list of token-id lists."""
+    if isinstance(prompt, str):
+        return [prompt]
+    if isinstance(prompt, list) and prompt:
+        if all(isinstance(p, str) for p in prompt):
+            return list(prompt)
+        if all(is_int(t) for t in prompt):
+            return [prompt]
+        if all(isinstance(p, list) and p and all(is_int(t) for t in p) for p in prompt):
+            return list(prompt)
+    raise APIError(400, f"prompt={_short(prompt)}: expected a string, a list of strings, a list of token ids or a "
+                        f"list of non-empty token-id lists", "prompt")
+
+
+def _sampling_params(body: dict, default_max_tokens: int) -> SamplingParams:
+    for name, neutral in _NEUTRAL.items():
+        if name in body and body[name] not in neutral:
+            raise APIError(400, f"{name}={_short(body[name])} is not supported by this server", name)
+    fields = {"max_tokens": default_max_tokens}
+    for name, value in body.items():
+        field = _RENAMED.get(name, name)
+        if field in _SAMPLING and value is not None:
+            fields[field] = value
+    try:
+        return SamplingParams(**fields)
+    except ValueError as e:
+        raise APIError.bad_request(e) from None
+
+
+def _stream_options(body: dict) -> tuple[bool, bool]:
+    stream = _flag(body, "stream")
+    options = body.get("stream_options")
+    if options is None:
+        return stream, False
+    if not stream:
+        raise APIError(400, "stream_options is only allowed with stream=true", "stream_options")
+    if not isinstance(options, dict):
+        raise APIError(400, f"stream_options={_short(options)}: expected an object", "stream_options")
+    return stream, _flag(options, "include_usage", name="stream_options.include_usage")
+
+
+def _flag(body: dict, key: str, default: bool = False, name: str | None = None) -> bool:
+    value = body.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise APIError(400, f"{name or key}={_short(value)}: expected true or false", name or key)
+    return value
+
+
+def _short(value) -> str:
+    text = json.dumps(value) if not isinstance(value, bytes) else repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."

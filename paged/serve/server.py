@@ -1,0 +1,59 @@
+"""`paged serve`: the OpenAI-compatible HTTP server, as `vllm serve`.
+
+    paged serve --model smollm2-135m [--host 127.0.0.1] [--port 8000] [--api-key KEY]
+                [--max-waiting N] [--served-model-name NAME ...] [engine options: --threads,
+                --max-num-seqs, --max-model-len, --num-gpu-blocks, --kv-cache-memory-bytes,
+                --enable-prefix-caching, ...]
+
+Binds to 127.0.0.1 unless told otherwise: a model server open to the network should be a choice.
+The API key may also come from $PAGED_API_KEY, which keeps it out of the process list.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from paged.engine.engine_args import add_engine_args, engine_kwargs
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="paged serve", description=__doc__.split("\n\n")[0])
+    add_engine_args(p)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--api-key", default=os.environ.get("PAGED_API_KEY"),
+                   help="clients must send Authorization: Bearer KEY (default $PAGED_API_KEY; none: no check)")
+    p.add_argument("--served-model-name", nargs="+", default=None,
+                   help="the names clients use for the model (default: --model as given)")
+    p.add_argument("--max-waiting", type=int, default=None,
+                   help="answer 503 + Retry-After while this many requests wait (default: no limit)")
+    p.add_argument("--max-body-bytes", type=int, default=4 << 20, help="larger request bodies get 413")
+    p.add_argument("--chat-template", default=None, help="a Jinja chat template, or a file holding one "
+                                                          "(default: the model's own)")
+    p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    args = p.parse_args(argv)
+    if args.max_waiting is not None and args.max_waiting < 1:
+        p.error(f"--max-waiting {args.max_waiting}: expected at least 1")
+    if args.max_body_bytes < 1:
+        p.error(f"--max-body-bytes {args.max_body_bytes}: expected at least 1")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    import uvicorn
+
+    from paged.engine import AsyncLLM
+
+    from .app import ServeSettings, build_app
+
+    template = args.chat_template
+    if template is not None and Path(template).is_file():
+        template = Path(template).read_text()
+    engine = AsyncLLM(args.model, **engine_kwargs(args))
+    settings = ServeSettings(served_model_names=args.served_model_name or [args.model], api_key=args.api_key,
+                             max_waiting=args.max_waiting, max_body_bytes=args.max_body_bytes, chat_template=template)
+    uvicorn.run(build_app(engine, settings), host=args.host, port=args.port, log_level=args.log_level,
+                timeout_graceful_shutdown=5)
+    return 0

@@ -1,0 +1,123 @@
+"""Bad input gets OpenAI's error shape and the right status; the server keeps serving; the API
+key and the waiting limit are enforced."""
+import asyncio
+
+import httpx
+import pytest
+
+from .conftest import engine_flags, running_server
+
+
+def assert_error(response, status: int, *words: str, param: str | None = None):
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"} and error["code"] == status
+    for word in words:
+        assert word in error["message"], (word, error["message"])
+    if param is not None:
+        assert error["param"] == param
+    return error
+
+
+@pytest.mark.parametrize(("body", "words"), [
+    (b"{bad", ("not valid JSON",)),
+    (b"[1, 2]", ("JSON list", "expected an object")),
+    (b"\xff\xfe", ("not valid JSON",)),
+])
+def test_malformed_json_is_400(server, body, words):
+    assert_error(server.post("/v1/completions", content=body), 400, *words)
+    assert_error(server.post("/v1/chat/completions", content=body), 400, *words)
+
+
+def test_unknown_model_is_404(server):
+    assert_error(server.post("/v1/completions", json={"model": "gpt-5", "prompt": "x"}), 404, "gpt-5", param="model")
+
+
+def test_prompt_longer_than_max_model_len_names_both_lengths(server):
+    assert_error(server.post("/v1/completions", json={"prompt": "y" * 600}), 400, "600", "max_model_len=512",
+                 param="prompt")
+    assert_error(server.post("/v1/completions", json={"prompt": [1] * 513}), 400, "513", "512")
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("temperature", -1), ("temperature", "hot"), ("top_p", 0), ("top_p", 1.5), ("top_k", -2), ("top_k", 0.5),
+    ("max_tokens", 0), ("max_tokens", "many"), ("n", 0), ("seed", -1), ("seed", 1.5), ("stop", 123),
+    ("stop", [""]), ("stop_token_ids", ["a"]), ("ignore_eos", "no"), ("min_tokens", -1), ("min_tokens", 600),
+    ("stream", "yes"), ("logprobs", 2), ("presence_penalty", 0.5), ("return_token_ids", 1),
+])
+def test_each_invalid_field_is_400_naming_it(server, field, value):
+    for path, body in (("/v1/completions", {"prompt": "x"}),
+                       ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}]})):
+        assert_error(server.post(path, json={**body, field: value}), 400, field, param=field)
+
+
+@pytest.mark.parametrize(("prompt", "words"), [
+    ([], ("prompt=[]",)), (None, ("prompt=null",)), ([[]], ("prompt",)), (["a", 1], ("prompt",)),
+    ([1, -4], ("token id -4",)), ([1, 10**6], ("token id 1000000",)), ("", ("empty",)),
+])
+def test_bad_prompts_are_400(server, prompt, words):
+    assert_error(server.post("/v1/completions", json={"prompt": prompt}), 400, *words, param="prompt")
+
+
+@pytest.mark.parametrize(("messages", "words"), [
+    ("hi", ("messages='hi'",)), ([], ("messages=[]",)), ([{"content": "x"}], ("messages[0].role",)),
+    ([{"role": "user"}], ("missing 'content'",)), ([{"role": "user", "content": 7}], ("messages[0].content=7",)),
+    ([{"role": "user", "content": [{"type": "image_url"}]}], ("content[0]",)),
+])
+def test_malformed_messages_are_400(server, messages, words):
+    assert_error(server.post("/v1/chat/completions", json={"messages": messages}), 400, *words, param="messages")
+    assert_error(server.post("/v1/chat/completions", json={}), 400, "messages", param="messages")
+
+
+def test_body_over_the_limit_is_413(server):
+    assert_error(server.post("/v1/completions", json={"prompt": "z" * 70_000}), 413, "65536")
+
+    def chunked():  # no Content-Length: the limit is applied as the body arrives
+        yield b'{"prompt": "'
+        for _ in range(80):
+            yield b"z" * 1000
+        yield b'"}'
+
+    assert_error(server.post("/v1/completions", content=chunked()), 413, "65536")
+
+
+def test_the_server_survives_all_of_it(server):
+    assert server.get("/health").status_code == 200
+    assert server.post("/v1/completions", json={"prompt": "ok", "max_tokens": 2}).status_code == 200
+    assert server.get("/debug/kv").json()["audit"]["ok"]
+
+
+@pytest.fixture(scope="module")
+def strict_server(tiny_chat_model, tmp_path_factory):
+    """An API key from the environment, and one waiting request at most, one running."""
+    with running_server(tiny_chat_model, *engine_flags(max_num_seqs=1), "--max-waiting", "1",
+                        log_dir=tmp_path_factory.mktemp("logs"), env={"PAGED_API_KEY": "s3cret"}) as s:
+        yield s
+
+
+def test_api_key_is_required_on_v1_and_debug(strict_server):
+    for path in ("/v1/models", "/debug/kv"):
+        assert_error(strict_server.get(path), 401, "API key")
+        assert_error(strict_server.get(path, headers={"Authorization": "Bearer wrong"}), 401)
+        assert_error(strict_server.get(path, headers={"Authorization": "s3cret"}), 401)
+        assert strict_server.get(path, headers={"Authorization": "Bearer s3cret"}).status_code == 200
+    assert_error(strict_server.post("/v1/completions", json={"prompt": "x"}), 401)
+    assert strict_server.get("/health").status_code == 200  # probes and scrapers need no key
+    assert strict_server.get("/metrics").status_code == 200
+
+
+def test_a_full_queue_answers_503_with_retry_after(strict_server):
+    """One request runs, one waits: a burst of eight long requests, arriving within milliseconds
+    where each takes hundreds of steps, must see the rest refused at once rather than queued."""
+    body = {"prompt": "long", "max_tokens": 300, "ignore_eos": True}
+
+    async def main():
+        async with httpx.AsyncClient(base_url=strict_server.url, headers={"Authorization": "Bearer s3cret"},
+                                     timeout=120) as client:
+            return await asyncio.gather(*(client.post("/v1/completions", json=body) for _ in range(8)))
+
+    responses = asyncio.run(main())
+    refused = [r for r in responses if r.status_code == 503]
+    assert refused and all(r.status_code == 200 for r in responses if r not in refused)
+    assert_error(refused[0], 503, "busy", "--max-waiting 1")
+    assert refused[0].headers["retry-after"] == "1"
