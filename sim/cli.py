@@ -15,12 +15,13 @@ import math
 import sys
 from pathlib import Path
 
+from paged.metrics_summary import jsonable
+from paged.workloads.options import WORKLOAD_KEYS, add_workload_options, numbers, shared_prefix_arg, workload_from_args
+
 from .sim_config import ROUTERS, SimConfig
 
 REPO = Path(__file__).resolve().parent.parent
 AZURE_CONV = REPO / "traces" / "azure_llm_2023_conv.csv"
-WORKLOAD_KEYS = ("trace", "shared_prefix", "format", "num_requests", "start_s", "duration_s", "time_scale", "arrival",
-                 "rate", "cv", "seed", "cap_lengths")
 OUTPUT_KEYS = ("json", "requests_csv", "timeseries_csv", "plot", "slo_ttft_s", "slo_tpot_s", "progress_bar")
 
 
@@ -71,43 +72,8 @@ def _add_sim_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--timeseries-interval-s", type=float, default=None)
 
 
-def _numbers(text: str, names: str, kind=float) -> tuple:
-    """'1,0,2' -> (1.0, 0.0, 2.0): as many numbers as `names` names, comma-separated."""
-    parts = str(text).split(",")
-    try:
-        if len(parts) != len(names.split(",")):
-            raise ValueError
-        return tuple(kind(x) for x in parts)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected {names}") from None
-
-
 def _weights(text: str) -> tuple[float, float, float]:
-    return _numbers(text, "A,B,C")
-
-
-def _shared_prefix(text: str) -> tuple[int, int, int, int]:
-    return _numbers(text, "GROUPS,PREFIX,SUFFIX,OUTPUT", int)
-
-
-def _add_workload_options(p: argparse.ArgumentParser, trace_default=None) -> None:
-    g = p.add_argument_group("workload")
-    g.add_argument("--trace", default=trace_default, help="trace file (required unless in --config)")
-    g.add_argument("--shared-prefix", type=_shared_prefix, default=None, metavar="GROUPS,PREFIX,SUFFIX,OUTPUT",
-                   help="instead of a trace: --num-requests synthetic requests at --rate, in GROUPS groups each "
-                        "sharing a PREFIX-token system prompt, then SUFFIX tokens of their own, OUTPUT tokens out")
-    g.add_argument("--format", default="auto", choices=("auto", "azure", "vidur", "mooncake", "lengths"))
-    g.add_argument("--num-requests", type=int, default=None, help="take the first N requests")
-    g.add_argument("--start-s", type=float, default=0.0, help="time window start (s after the first arrival)")
-    g.add_argument("--duration-s", type=float, default=None, help="time window length")
-    g.add_argument("--time-scale", type=float, default=1.0, help="multiply inter-arrival times (0.5 doubles the load)")
-    g.add_argument("--arrival", default="poisson", choices=("poisson", "gamma", "constant"),
-                   help="synthetic arrivals for length-only traces")
-    g.add_argument("--rate", type=float, default=None, help="requests/s of synthetic arrivals")
-    g.add_argument("--cv", type=float, default=1.0, help="burstiness of gamma arrivals")
-    g.add_argument("--seed", type=int, default=0, help="seed of synthetic arrivals")
-    g.add_argument("--no-cap", dest="cap_lengths", action="store_false",
-                   help="let the scheduler reject requests longer than max_model_len instead of truncating them")
+    return numbers(text, "A,B,C")
 
 
 def _add_output_options(p: argparse.ArgumentParser) -> None:
@@ -127,7 +93,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="simulate a trace")
     run.add_argument("--config", default=None, help="YAML file with the same options")
-    _add_workload_options(run)
+    add_workload_options(run)
     _add_sim_options(run)
     _add_output_options(run)
     demo = sub.add_parser("demo", help="the Azure conversation trace on Llama-2-7B / A100-80GB, with a figure")
@@ -181,7 +147,7 @@ def _yaml_value(path: str, key: str, value, run: argparse.ArgumentParser):
         if action.default is not None:
             raise SystemExit(f"{path}: {key}=null: expected a value (the default is {action.default!r})")
         return value
-    if action.type in (_weights, _shared_prefix) and isinstance(value, list):
+    if action.type in (_weights, shared_prefix_arg) and isinstance(value, list):
         value = ",".join(str(x) for x in value)
     if action.type is int and isinstance(value, float):
         raise SystemExit(f"{path}: {key}={value!r}: expected an integer")
@@ -189,7 +155,7 @@ def _yaml_value(path: str, key: str, value, run: argparse.ArgumentParser):
         try:
             value = action.type(value)
         except (TypeError, ValueError, argparse.ArgumentTypeError):
-            expected = {_weights: "three numbers A,B,C", _shared_prefix: "four integers GROUPS,PREFIX,SUFFIX,OUTPUT"
+            expected = {_weights: "three numbers A,B,C", shared_prefix_arg: "four integers GROUPS,PREFIX,SUFFIX,OUTPUT"
                         }.get(action.type, f"a value of type {action.type.__name__}")
             raise SystemExit(f"{path}: {key}={value!r}: expected {expected}") from None
     if action.choices is not None and value not in action.choices:
@@ -201,45 +167,14 @@ def _yaml_value(path: str, key: str, value, run: argparse.ArgumentParser):
     return value
 
 
-def _jsonable(x):
-    if isinstance(x, dict):
-        return {k: _jsonable(v) for k, v in x.items()}
-    if isinstance(x, float) and math.isnan(x):
-        return None
-    if hasattr(x, "item"):  # numpy scalars
-        return x.item()
-    return x
-
-
 def cmd_run(args: argparse.Namespace) -> int:
-    from paged.workloads.workload import load_workload, select, shared_prefix_workload
-
+    from .models import get_model
     from .report import format_summary
     from .runner import simulate
 
-    if (args.trace is None) == (args.shared_prefix is None):
-        raise SystemExit("run: give --trace PATH or --shared-prefix G,P,S,O (or `trace:` in --config), not both")
     config = _sim_config(args)
-    from .models import get_model
-
-    max_len = config.max_model_len or get_model(config.model).max_model_len
-    if args.shared_prefix is not None:
-        if args.num_requests is None or args.rate is None:
-            raise ValueError("--shared-prefix needs --num-requests and --rate (synthetic arrivals)")
-        if args.num_requests < 1:
-            raise ValueError(f"num_requests={args.num_requests}: expected >= 1")
-        if args.start_s or args.duration_s is not None:
-            raise ValueError("--start-s/--duration-s select a window of a trace; a --shared-prefix workload is "
-                             "sized by --num-requests")
-        groups, prefix, suffix, output = args.shared_prefix
-        generated = shared_prefix_workload(args.num_requests, groups, prefix, suffix, output, args.rate, args.arrival,
-                                           args.cv, args.seed, hash_id_block_size=config.block_size)
-        workload = select(generated, time_scale=args.time_scale, max_model_len=max_len if args.cap_lengths else None)
-    else:
-        workload = load_workload(args.trace, args.format, num_requests=args.num_requests, start_s=args.start_s,
-                                 duration_s=args.duration_s, time_scale=args.time_scale, arrival=args.arrival,
-                                 rate=args.rate, cv=args.cv, seed=args.seed,
-                                 max_model_len=max_len if args.cap_lengths else None)
+    workload = workload_from_args(args, config.max_model_len or get_model(config.model).max_model_len,
+                                  config.block_size)
     if config.policy == "edf" and workload.deadline_s is None:
         if args.slo_ttft_s is None and args.slo_tpot_s is None:
             raise ValueError(f"policy edf needs deadlines, and {workload.name} has no slo_s column: give --slo-ttft-s "
@@ -258,7 +193,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         source = {"trace": str(args.trace)} if args.trace is not None else {"shared_prefix": args.shared_prefix}
         doc = {**summary, "workload": {**source, "name": workload.name}, "config": config.to_dict()}
-        Path(args.json).write_text(json.dumps(_jsonable(doc), indent=2) + "\n")
+        Path(args.json).write_text(json.dumps(jsonable(doc), indent=2) + "\n")
     if args.requests_csv:
         df = result.requests
         if "itl_s" in df:  # a JSON list per cell: numpy's repr wraps lines and elides long arrays
@@ -288,7 +223,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     result.plot(out / "demo.png")
-    (out / "summary.json").write_text(json.dumps(_jsonable({**summary, "config": config.to_dict()}), indent=2) + "\n")
+    (out / "summary.json").write_text(json.dumps(jsonable({**summary, "config": config.to_dict()}), indent=2) + "\n")
     print(f"\n{summary['num_requests']:,} requests, {summary['simulated_time_s']:,.0f} s simulated in "
           f"{summary['wall_time_s']:.2f} s wall: {summary['sim_requests_per_wall_s']:,.0f} simulated requests/s")
     print(f"figure: {out / 'demo.png'}; summary: {out / 'summary.json'}")
