@@ -13,7 +13,8 @@ import asyncio
 import math
 
 import httpx
-from prometheus_client.parser import text_string_to_metric_families
+
+from .scrape import Scrape
 
 KV_USAGE_METRICS = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
 UNAVAILABLE = 1 << 40  # the outstanding requests a backend out of service shows the routers
@@ -38,9 +39,7 @@ class Backend:
 def kv_usage_from_metrics(text: str) -> float | None:
     """The KV cache usage (0..1) in a Prometheus exposition, None when it has none (the most
     used engine when a server reports several)."""
-    values = [s.value for family in text_string_to_metric_families(text) if family.name in KV_USAGE_METRICS
-              for s in family.samples]
-    return max(values) if values else None
+    return Scrape(text).max(*KV_USAGE_METRICS)
 
 
 async def probe(backend: Backend, client: httpx.AsyncClient, timeout_s: float) -> None:
