@@ -15,7 +15,7 @@ import math
 import sys
 from pathlib import Path
 
-from paged.metrics_summary import jsonable
+from paged.metrics_summary import format_summary, jsonable
 from paged.workloads.options import WORKLOAD_KEYS, add_workload_options, numbers, shared_prefix_arg, workload_from_args
 
 from .sim_config import ROUTERS, SimConfig
@@ -169,7 +169,6 @@ def _yaml_value(path: str, key: str, value, run: argparse.ArgumentParser):
 
 def cmd_run(args: argparse.Namespace) -> int:
     from .models import get_model
-    from .report import format_summary
     from .runner import simulate
 
     config = _sim_config(args)
@@ -210,7 +209,6 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from paged.workloads.workload import load_workload
 
     from .models import get_model
-    from .report import format_summary
     from .runner import simulate
 
     config = SimConfig(model="llama-2-7b", hardware="a100-80gb")

@@ -152,23 +152,3 @@ class SimResult:
         from .plots import summary_figure
 
         return summary_figure(self, path)
-
-
-def format_summary(s: dict) -> str:
-    """The summary as an aligned text table."""
-    lines = []
-    for k, v in s.items():
-        if isinstance(v, dict):
-            v = "  ".join(f"{q} {_fmt(x)}" for q, x in v.items())
-        else:
-            v = _fmt(v)
-        lines.append(f"{k:<28} {v}")
-    return "\n".join(lines)
-
-
-def _fmt(v) -> str:
-    if isinstance(v, float):
-        if math.isnan(v):
-            return "-"
-        return f"{v:.4g}" if abs(v) < 1e6 else f"{v:.3e}"
-    return str(v)
