@@ -31,14 +31,12 @@ from common import (
     write_png,
 )
 
+from paged.health import FAILURE_RATE, KV_BAND, TOKENS_PER_S_PER_GPU
+from paged.health import P99_LATENCY_S as P99_TTFT_S
 from sim import SimConfig, Workload, simulate
 from sim.plots import figure
 
 NAME = "health"
-KV_BAND = (0.60, 0.90)
-P99_TTFT_S = 1.0
-TOKENS_PER_S_PER_GPU = 500.0
-FAILURE_RATE = 0.001
 DEPLOYMENTS = (("llama-2-7b", "a100-80gb"), ("llama-2-13b", "a100-80gb"), ("llama-3-8b", "h100"))
 
 

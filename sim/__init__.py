@@ -5,6 +5,7 @@ in place of the GPU.
     result = simulate(load_workload("traces/azure_llm_2023_conv.csv"), SimConfig(model="llama-2-7b"))
     result.summary(); result.requests; result.timeseries; result.goodput(1.0, 0.1)
 """
+from paged.metrics_summary import format_summary
 from paged.workloads.traces import TraceError, read_trace
 from paged.workloads.workload import (
     Workload,
@@ -20,7 +21,7 @@ from .hardware import HARDWARE, HardwareSpec, get_hardware
 from .memory import KVPlan, plan_kv_cache
 from .models import KV_DTYPES, MODELS, ModelSpec, get_model
 from .profiled import ProfileFit, fit_profile
-from .report import SimResult, format_summary
+from .report import SimResult
 from .runner import simulate
 from .sim_config import ROUTERS, SimConfig
 from .sweep import grid, sweep

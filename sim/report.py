@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from paged.core.request import RequestStatus
+from paged.metrics_summary import goodput, stats_of, tpot
 from paged.workloads.workload import Workload
 
 from .clock import TICKS_PER_S
@@ -20,15 +21,6 @@ from .recorder import RequestLog
 
 LATENCIES = ("queueing_delay_s", "ttft_s", "tpot_s", "e2e_s")
 FINISHED = (RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH)
-
-
-def stats_of(values: np.ndarray) -> dict[str, float]:
-    """mean, p50, p90, p99 (linear interpolation, as numpy); NaN when there are no values."""
-    v = values[~np.isnan(values)]
-    if not len(v):
-        return {"mean": math.nan, "p50": math.nan, "p90": math.nan, "p99": math.nan}
-    p50, p90, p99 = np.percentile(v, [50, 90, 99])
-    return {"mean": float(v.mean()), "p50": float(p50), "p90": float(p90), "p99": float(p99)}
 
 
 def histogram_stats(hist: dict[int, int], total_ticks_weighted: int) -> dict[str, float]:
@@ -64,11 +56,8 @@ class SimResult:
     def latency_columns(self) -> dict[str, np.ndarray]:
         lg = self.log
         arrival = lg.arrival_s
-        ttft = lg.first_token_s - arrival
-        gen = lg.num_generated.astype(np.float64)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            tpot = np.where(gen > 1, (lg.finished_s - lg.first_token_s) / (gen - 1), np.nan)
-        return {"queueing_delay_s": lg.first_scheduled_s - arrival, "ttft_s": ttft, "tpot_s": tpot,
+        return {"queueing_delay_s": lg.first_scheduled_s - arrival, "ttft_s": lg.first_token_s - arrival,
+                "tpot_s": tpot(lg.first_token_s, lg.finished_s, lg.num_generated),
                 "e2e_s": lg.finished_s - arrival}
 
     @property
@@ -153,39 +142,13 @@ class SimResult:
         return out
 
     def goodput(self, ttft_slo_s: float, tpot_slo_s: float) -> dict[str, float]:
-        """DistServe's goodput: finished requests per second that meet both the TTFT and the
-        TPOT target (a one-token output has no TPOT and meets it), and the attainment."""
-        done = self.finished_mask()
+        """DistServe's goodput over the run (see `paged.metrics_summary.goodput`)."""
         lat = self.latency_columns()
-        tpot = lat["tpot_s"]
-        ok = done & (lat["ttft_s"] <= ttft_slo_s) & (np.isnan(tpot) | (tpot <= tpot_slo_s))
-        n = len(self.workload)
-        return {"ttft_slo_s": ttft_slo_s, "tpot_slo_s": tpot_slo_s,
-                "goodput_req_s": float(ok.sum() / self.simulated_time_s) if self.simulated_time_s else math.nan,
-                "slo_attainment": float(ok.sum() / n) if n else math.nan}
+        return goodput(self.finished_mask(), lat["ttft_s"], lat["tpot_s"], ttft_slo_s, tpot_slo_s,
+                       self.simulated_time_s)
 
     def plot(self, path=None):
         """Latency CDFs and KV usage over time; saved to `path` when given. Returns the figure."""
         from .plots import summary_figure
 
         return summary_figure(self, path)
-
-
-def format_summary(s: dict) -> str:
-    """The summary as an aligned text table."""
-    lines = []
-    for k, v in s.items():
-        if isinstance(v, dict):
-            v = "  ".join(f"{q} {_fmt(x)}" for q, x in v.items())
-        else:
-            v = _fmt(v)
-        lines.append(f"{k:<28} {v}")
-    return "\n".join(lines)
-
-
-def _fmt(v) -> str:
-    if isinstance(v, float):
-        if math.isnan(v):
-            return "-"
-        return f"{v:.4g}" if abs(v) < 1e6 else f"{v:.3e}"
-    return str(v)

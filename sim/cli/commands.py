@@ -6,20 +6,20 @@ import json
 import math
 from pathlib import Path
 
+from paged.metrics_summary import format_summary, jsonable
 from paged.workloads.traces import AZURE_CONV
 
 from ..sim_config import ROUTERS, SimConfig
 from .options import sim_config
-from .outputs import jsonable, write_outputs
-from .workload_args import workload_from_args
+from .outputs import write_outputs
+from .workload_args import workload_for_run
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from ..report import format_summary
     from ..runner import simulate
 
     config = sim_config(args)
-    workload = workload_from_args(args, config)
+    workload = workload_for_run(args, config)
     if args.progress_bar and len(workload) >= 20_000:
         config.progress = True
     result = simulate(workload, config)
@@ -36,7 +36,6 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from paged.workloads.workload import load_workload
 
     from ..models import get_model
-    from ..report import format_summary
     from ..runner import simulate
 
     config = SimConfig(model="llama-2-7b", hardware="a100-80gb")

@@ -1,18 +1,18 @@
 """The command line's options, grouped as the docs group them, and the parser built from them.
 
-The option `dest`s are SimConfig's field names and the workload's keys, so that a YAML config
+The workload's options are `paged.workloads.options`' (the load generator takes the same); the
+option `dest`s are SimConfig's field names and the workload's keys, so that a YAML config
 file (`sim.cli.yaml_config`) holds the same names as the command line.
 """
 from __future__ import annotations
 
 import argparse
 
+from paged.workloads.options import add_workload_options, numbers
 from paged.workloads.traces import REPO
 
 from ..sim_config import ROUTERS, SimConfig
 
-WORKLOAD_KEYS = ("trace", "shared_prefix", "format", "num_requests", "start_s", "duration_s", "time_scale", "arrival",
-                 "rate", "cv", "seed", "cap_lengths")
 OUTPUT_KEYS = ("json", "requests_csv", "timeseries_csv", "plot", "slo_ttft_s", "slo_tpot_s", "progress_bar")
 
 
@@ -63,43 +63,8 @@ def add_sim_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--timeseries-interval-s", type=float, default=None)
 
 
-def _numbers(text: str, names: str, kind=float) -> tuple:
-    """'1,0,2' -> (1.0, 0.0, 2.0): as many numbers as `names` names, comma-separated."""
-    parts = str(text).split(",")
-    try:
-        if len(parts) != len(names.split(",")):
-            raise ValueError
-        return tuple(kind(x) for x in parts)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected {names}") from None
-
-
 def weights(text: str) -> tuple[float, float, float]:
-    return _numbers(text, "A,B,C")
-
-
-def shared_prefix(text: str) -> tuple[int, int, int, int]:
-    return _numbers(text, "GROUPS,PREFIX,SUFFIX,OUTPUT", int)
-
-
-def add_workload_options(p: argparse.ArgumentParser, trace_default=None) -> None:
-    g = p.add_argument_group("workload")
-    g.add_argument("--trace", default=trace_default, help="trace file (required unless in --config)")
-    g.add_argument("--shared-prefix", type=shared_prefix, default=None, metavar="GROUPS,PREFIX,SUFFIX,OUTPUT",
-                   help="instead of a trace: --num-requests synthetic requests at --rate, in GROUPS groups each "
-                        "sharing a PREFIX-token system prompt, then SUFFIX tokens of their own, OUTPUT tokens out")
-    g.add_argument("--format", default="auto", choices=("auto", "azure", "vidur", "mooncake", "lengths"))
-    g.add_argument("--num-requests", type=int, default=None, help="take the first N requests")
-    g.add_argument("--start-s", type=float, default=0.0, help="time window start (s after the first arrival)")
-    g.add_argument("--duration-s", type=float, default=None, help="time window length")
-    g.add_argument("--time-scale", type=float, default=1.0, help="multiply inter-arrival times (0.5 doubles the load)")
-    g.add_argument("--arrival", default="poisson", choices=("poisson", "gamma", "constant"),
-                   help="synthetic arrivals for length-only traces")
-    g.add_argument("--rate", type=float, default=None, help="requests/s of synthetic arrivals")
-    g.add_argument("--cv", type=float, default=1.0, help="burstiness of gamma arrivals")
-    g.add_argument("--seed", type=int, default=0, help="seed of synthetic arrivals")
-    g.add_argument("--no-cap", dest="cap_lengths", action="store_false",
-                   help="let the scheduler reject requests longer than max_model_len instead of truncating them")
+    return numbers(text, "A,B,C")
 
 
 def add_output_options(p: argparse.ArgumentParser) -> None:

@@ -2,20 +2,9 @@
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
-
-def jsonable(x):
-    if isinstance(x, dict):
-        return {k: jsonable(v) for k, v in x.items()}
-    if isinstance(x, float) and math.isnan(x):
-        return None
-    if hasattr(x, "item"):  # numpy scalars
-        return x.item()
-    return x
-
-
+from paged.metrics_summary import jsonable
 
 
 def write_outputs(args, result, summary: dict, workload, config) -> None:

@@ -8,8 +8,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from paged.workloads.options import WORKLOAD_KEYS, shared_prefix_arg
+
 from ..sim_config import SimConfig
-from .options import OUTPUT_KEYS, WORKLOAD_KEYS, shared_prefix, weights
+from .options import OUTPUT_KEYS, weights
 
 
 def load_yaml(path: str, parser: argparse.ArgumentParser, run: argparse.ArgumentParser,
@@ -48,7 +50,7 @@ def _yaml_value(path: str, key: str, value, run: argparse.ArgumentParser):
         if action.default is not None:
             raise SystemExit(f"{path}: {key}=null: expected a value (the default is {action.default!r})")
         return value
-    if action.type in (weights, shared_prefix) and isinstance(value, list):
+    if action.type in (weights, shared_prefix_arg) and isinstance(value, list):
         value = ",".join(str(x) for x in value)
     if action.type is int and isinstance(value, float):
         raise SystemExit(f"{path}: {key}={value!r}: expected an integer")
@@ -56,7 +58,7 @@ def _yaml_value(path: str, key: str, value, run: argparse.ArgumentParser):
         try:
             value = action.type(value)
         except (TypeError, ValueError, argparse.ArgumentTypeError):
-            expected = {weights: "three numbers A,B,C", shared_prefix: "four integers GROUPS,PREFIX,SUFFIX,OUTPUT"
+            expected = {weights: "three numbers A,B,C", shared_prefix_arg: "four integers GROUPS,PREFIX,SUFFIX,OUTPUT"
                         }.get(action.type, f"a value of type {action.type.__name__}")
             raise SystemExit(f"{path}: {key}={value!r}: expected {expected}") from None
     if action.choices is not None and value not in action.choices:

@@ -1,0 +1,67 @@
+"""Summary statistics of per-request latencies, shared by the simulator's summary (`sim.report`)
+and the load generator against a real server (`paged.serve.bench_serve`), so that a simulated
+and a measured run are summarised by the same arithmetic and under the same JSON keys.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+
+def stats_of(values: np.ndarray) -> dict[str, float]:
+    """mean, p50, p90, p99 (linear interpolation, as numpy); NaN when there are no values."""
+    v = values[~np.isnan(values)]
+    if not len(v):
+        return {"mean": math.nan, "p50": math.nan, "p90": math.nan, "p99": math.nan}
+    p50, p90, p99 = np.percentile(v, [50, 90, 99])
+    return {"mean": float(v.mean()), "p50": float(p50), "p90": float(p90), "p99": float(p99)}
+
+
+def tpot(first_token_s: np.ndarray, finished_s: np.ndarray, num_generated: np.ndarray) -> np.ndarray:
+    """A request's time per output token, vLLM's (E2E - TTFT) / (tokens - 1); NaN under 2 tokens."""
+    gen = np.asarray(num_generated, dtype=np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(gen > 1, (finished_s - first_token_s) / (gen - 1), np.nan)
+
+
+def goodput(finished: np.ndarray, ttft_s: np.ndarray, tpot_s: np.ndarray, ttft_slo_s: float, tpot_slo_s: float,
+            duration_s: float) -> dict[str, float]:
+    """DistServe's goodput: finished requests per second that meet both the TTFT and the TPOT
+    target (a one-token output has no TPOT and meets it), and the attainment (of all requests)."""
+    ok = finished & (ttft_s <= ttft_slo_s) & (np.isnan(tpot_s) | (tpot_s <= tpot_slo_s))
+    n = len(finished)
+    return {"ttft_slo_s": ttft_slo_s, "tpot_slo_s": tpot_slo_s,
+            "goodput_req_s": float(ok.sum() / duration_s) if duration_s else math.nan,
+            "slo_attainment": float(ok.sum() / n) if n else math.nan}
+
+
+def jsonable(x):
+    """A summary made fit for strict JSON: NaN becomes null, numpy scalars Python numbers."""
+    if isinstance(x, dict):
+        return {k: jsonable(v) for k, v in x.items()}
+    if isinstance(x, float) and math.isnan(x):
+        return None
+    if hasattr(x, "item"):  # numpy scalars
+        return jsonable(x.item())
+    return x
+
+
+def format_summary(s: dict) -> str:
+    """The summary as an aligned text table."""
+    lines = []
+    for k, v in s.items():
+        if isinstance(v, dict):
+            v = "  ".join(f"{q} {_fmt(x)}" for q, x in v.items())
+        else:
+            v = _fmt(v)
+        lines.append(f"{k:<28} {v}")
+    return "\n".join(lines)
+
+
+def _fmt(v) -> str:
+    if isinstance(v, float):
+        if math.isnan(v):
+            return "-"
+        return f"{v:.4g}" if abs(v) < 1e6 else f"{v:.3e}"
+    return str(v)

@@ -1,0 +1,69 @@
+"""The router's view of its backends: each one a `paged.core.routing.ReplicaView`, kept up to
+date by probing it.
+
+`outstanding` is the number of requests this router has in flight there (what the simulator's
+routers read), `kv_usage` the last scraped `vllm:kv_cache_usage_perc` (vLLM's name, which this
+project's server exports too; vLLM before v1 called it `vllm:gpu_cache_usage_perc`). A backend
+out of service looks infinitely loaded, so that the load-aware policies never choose it while
+another one is up, and the router skips it when a policy that ignores load (round robin) does.
+"""
+from __future__ import annotations
+
+import asyncio
+import math
+
+import httpx
+
+from .scrape import Scrape
+
+KV_USAGE_METRICS = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
+UNAVAILABLE = 1 << 40  # the outstanding requests a backend out of service shows the routers
+
+
+class Backend:
+    def __init__(self, url: str) -> None:
+        self.url = url.rstrip("/")
+        self.in_flight = 0
+        self.scraped_kv_usage = 0.0
+        self.healthy = False  # until a probe says otherwise
+
+    @property
+    def outstanding(self) -> int:
+        return self.in_flight if self.healthy else UNAVAILABLE
+
+    @property
+    def kv_usage(self) -> float:
+        return self.scraped_kv_usage if self.healthy else math.inf
+
+
+def kv_usage_from_metrics(text: str) -> float | None:
+    """The KV cache usage (0..1) in a Prometheus exposition, None when it has none (the most
+    used engine when a server reports several)."""
+    return Scrape(text).max(*KV_USAGE_METRICS)
+
+
+async def probe(backend: Backend, client: httpx.AsyncClient, timeout_s: float) -> None:
+    """`/health` says whether the backend is in service (a 200 in time); when it is, `/metrics`
+    refreshes its KV usage (a backend without it keeps the last value: 0 for one that never
+    exported it)."""
+    try:
+        healthy = (await client.get(f"{backend.url}/health", timeout=timeout_s)).status_code == 200
+    except httpx.HTTPError:
+        healthy = False
+    if healthy:
+        try:
+            response = await client.get(f"{backend.url}/metrics", timeout=timeout_s)
+            usage = kv_usage_from_metrics(response.text) if response.status_code == 200 else None
+        except (httpx.HTTPError, ValueError):  # ValueError: an exposition the parser rejects
+            usage = None
+        if usage is not None:
+            backend.scraped_kv_usage = usage
+    backend.healthy = healthy
+
+
+async def watch(backend: Backend, client: httpx.AsyncClient, interval_s: float, timeout_s: float) -> None:
+    """Probe a backend every `interval_s` for as long as the router runs: a dead one is taken
+    out, and rejoins at its first healthy probe."""
+    while True:
+        await probe(backend, client, timeout_s)
+        await asyncio.sleep(interval_s)

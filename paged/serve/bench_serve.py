@@ -1,0 +1,141 @@
+"""`paged bench serve`: replay a trace in real time against any OpenAI-compatible server.
+
+    paged bench serve --url http://127.0.0.1:8000 --trace traces/azure_llm_2023_conv.csv \\
+        --num-requests 200 --time-scale 0.5 --slo-ttft-s 1 --slo-tpot-s 0.1 --json out.json
+    paged bench serve --url ... --shared-prefix 8,1024,64,128 --num-requests 500 --rate 10 --json out.json
+
+The workload options are the simulator's (`python -m sim run`), so one command line selects the
+same requests for a prediction and a measurement. Prompts are token ids of the trace's lengths
+(`paged.serve.prompts`: shared prefix ids become shared tokens), outputs the trace's lengths
+(`max_tokens` with `ignore_eos`), sent open-loop at the trace's times through streamed
+`/v1/completions` (`paged.serve.replay`).
+
+The `--json` summary has the simulator's keys wherever they mean the same thing, computed by
+the same functions (`paged.metrics_summary`): `num_requests`, `num_finished`, `throughput_req_s`,
+`input_tokens_per_s`, `output_tokens_per_s` (finished requests, over `wall_time_s`: from the
+first send to the last answer), `ttft_s`, `tpot_s`, `e2e_s` (mean/p50/p90/p99 over finished
+requests; TTFT and E2E from when the request was sent), `itl_s` (over every gap between two
+streamed chunks) and `goodput` (with --slo-ttft-s/--slo-tpot-s). Beyond them: `num_errors`
+(requests that did not finish, with `errors`: how many of each message) and `send_lateness_s`
+(how late requests were sent against their schedule: mean/p50/p90/p99/max).
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import sys
+from collections import Counter
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+from paged.metrics_summary import format_summary, goodput, jsonable, stats_of, tpot
+from paged.workloads.options import add_workload_options, workload_from_args
+from paged.workloads.workload import Workload
+
+from .prompts import PromptMaker
+from .replay import ERROR, FINISHED, Records, replay
+
+
+def summarize(workload: Workload, rec: Records, wall_s: float, slo_ttft_s: float | None = None,
+              slo_tpot_s: float | None = None) -> dict:
+    done = rec.status == FINISHED
+    ttft, e2e = rec.first_token_s - rec.sent_s, rec.finished_s - rec.sent_s
+    per_token = tpot(rec.first_token_s, rec.finished_s, rec.num_generated)
+    lateness = rec.sent_s - rec.scheduled_s
+    itls = [rec.itl_s[i] for i in np.flatnonzero(done)]
+    out = {
+        "num_requests": len(workload),
+        "num_finished": int(done.sum()),
+        "num_errors": int((rec.status == ERROR).sum()),
+        "wall_time_s": wall_s,
+        "throughput_req_s": done.sum() / wall_s if wall_s else math.nan,
+        "input_tokens_per_s": float(workload.num_prompt_tokens[done].sum() / wall_s) if wall_s else math.nan,
+        "output_tokens_per_s": float(rec.num_generated[done].sum() / wall_s) if wall_s else math.nan,
+        "ttft_s": stats_of(ttft[done]),
+        "tpot_s": stats_of(per_token[done]),
+        "e2e_s": stats_of(e2e[done]),
+        "itl_s": stats_of(np.concatenate(itls) if itls else np.zeros(0)),
+        "send_lateness_s": {**stats_of(lateness), "max": float(np.nanmax(lateness)) if len(lateness) else math.nan},
+        "errors": dict(Counter(e for e in rec.error if e).most_common(10)),
+    }
+    if slo_ttft_s is not None or slo_tpot_s is not None:
+        out["goodput"] = goodput(done, ttft, per_token, math.inf if slo_ttft_s is None else slo_ttft_s,
+                                 math.inf if slo_tpot_s is None else slo_tpot_s, wall_s)
+    return out
+
+
+def requests_frame(workload: Workload, rec: Records):
+    """One row per request, named as the simulator's `--requests-csv` where they mean the same."""
+    import pandas as pd
+
+    return pd.DataFrame({
+        "request_id": np.arange(len(workload)), "arrival_s": rec.scheduled_s, "sent_s": rec.sent_s,
+        "num_prompt_tokens": workload.num_prompt_tokens, "num_output_tokens": workload.num_output_tokens,
+        "num_generated": rec.num_generated, "first_token_s": rec.first_token_s, "finished_s": rec.finished_s,
+        "ttft_s": rec.first_token_s - rec.sent_s, "tpot_s": tpot(rec.first_token_s, rec.finished_s, rec.num_generated),
+        "e2e_s": rec.finished_s - rec.sent_s,
+        "max_itl_s": [x.max() if len(x) else np.nan for x in rec.itl_s],
+        "status": ["finished" if s == FINISHED else "error" for s in rec.status], "error": rec.error,
+    })
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="paged bench serve", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog=__doc__.split("\n\n", 1)[1])
+    p.add_argument("--url", required=True, help="the server (or router), e.g. http://127.0.0.1:8000")
+    p.add_argument("--model", default=None, help="default: the first model of the server's /v1/models")
+    add_workload_options(p)
+    g = p.add_argument_group("prompts")
+    g.add_argument("--vocab-size", type=int, default=32000, help="token ids stay below it: at most the model's")
+    g.add_argument("--min-token-id", type=int, default=1000, help="token ids start here, above special tokens")
+    g.add_argument("--block-size", type=int, default=16, help="tokens per id of a --shared-prefix group's prompt")
+    g.add_argument("--max-model-len", type=int, default=None, help="truncate longer requests to it (as sim does)")
+    g = p.add_argument_group("output")
+    g.add_argument("--json", default=None, help="write the summary (and the run's settings) as one JSON object")
+    g.add_argument("--requests-csv", default=None, help="write the per-request records")
+    g.add_argument("--slo-ttft-s", type=float, default=None, help="goodput: TTFT target")
+    g.add_argument("--slo-tpot-s", type=float, default=None, help="goodput: TPOT target")
+    g.add_argument("--timeout-s", type=float, default=600.0, help="longest wait for a byte of an answer")
+    g.add_argument("--no-progress", dest="progress_bar", action="store_false")
+    return p
+
+
+def first_model(url: str) -> str:
+    r = httpx.get(f"{url}/v1/models", timeout=30)
+    r.raise_for_status()
+    return r.json()["data"][0]["id"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    from tqdm import tqdm
+
+    args = build_parser().parse_args(argv)
+    url = args.url.rstrip("/")
+    try:
+        workload = workload_from_args(args, args.max_model_len, args.block_size)
+        prompt = PromptMaker(workload, args.vocab_size, args.min_token_id, args.seed)
+        model = args.model or first_model(url)
+    except (ValueError, FileNotFoundError, httpx.HTTPError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    with tqdm(total=len(workload), desc="requests", unit="req", file=sys.stderr, disable=not args.progress_bar) as bar:
+        rec, wall_s = asyncio.run(replay(url, model, workload, prompt, args.timeout_s, on_done=bar.update))
+    summary = summarize(workload, rec, wall_s, args.slo_ttft_s, args.slo_tpot_s)
+    print(format_summary({k: v for k, v in summary.items() if k != "errors"}))
+    for message, count in summary["errors"].items():
+        print(f"error x{count}: {message}")
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        source = {"trace": str(args.trace)} if args.trace is not None else {"shared_prefix": args.shared_prefix}
+        settings = {"url": url, "model": model, "vocab_size": args.vocab_size, "min_token_id": args.min_token_id,
+                    "seed": args.seed}
+        doc = {**summary, "workload": {**source, "name": workload.name}, "config": settings}
+        Path(args.json).write_text(json.dumps(jsonable(doc), indent=2) + "\n")
+    if args.requests_csv:
+        requests_frame(workload, rec).to_csv(args.requests_csv, index=False)
+    return 0

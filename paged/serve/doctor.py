@@ -1,0 +1,211 @@
+"""`paged doctor URL`: the article's health checks of a running server, each PASS or WARN with why
+(SKIP when the server does not export what a check reads).
+
+    paged doctor http://127.0.0.1:8000 --interval 5
+
+It reads `/metrics` twice, `--interval` seconds apart (rates and tail latencies are over that
+window; latencies fall back to everything since the server started when no request finished in
+it), and `/debug/kv`. Metric names are vLLM's, so it checks a vLLM server too:
+`vllm:kv_cache_usage_perc` (`vllm:gpu_cache_usage_perc` before v1), the histograms
+`vllm:e2e_request_latency_seconds` and `vllm:time_to_first_token_seconds`, the counters
+`vllm:generation_tokens_total`, `vllm:request_success_total`, `vllm:num_preemptions_total`,
+`vllm:prefix_cache_queries_total` and `vllm:prefix_cache_hits_total`, and this project's gauge
+`vllm:fragmentation`. Thresholds: `paged.health`.
+
+`GET /debug/kv` (this project's server; optional) answers one JSON object:
+
+    {"block_size": 16,
+     "pool": {"num_blocks": int, "free": int, "cached": int, "used": int, "fragmentation": float},
+     "requests": [{"request_id": str, "num_blocks": int, "num_tokens": int}, ...],
+     "audit": {"ok": bool, "leaks": [{"block": int, "ref_count": int}, ...]}}
+
+`pool`: the GPU block pool, where free (no owner, no cached content) + cached (no owner, content
+kept for prefix hits) + used (held by a request) = num_blocks, and fragmentation is the share of
+allocated slots holding no token; `requests`: who holds blocks; `audit`: the result of checking
+every block's reference count against the block tables that hold it (`leaks`: blocks referenced
+by no request, or by fewer than their count says).
+
+Exit status: 0 when nothing warns, 1 when a check warns, 2 when the server cannot be read.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import asdict, dataclass
+
+import httpx
+
+from paged import health
+
+from .backends import KV_USAGE_METRICS
+from .scrape import Scrape, bucket_delta, histogram_quantile
+
+E2E = "vllm:e2e_request_latency_seconds"
+TTFT = "vllm:time_to_first_token_seconds"
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    name: str
+    status: str  # PASS, WARN or SKIP
+    detail: str
+
+
+def _band(name: str, ok: bool, detail: str) -> Check:
+    return Check(name, "PASS" if ok else "WARN", detail)
+
+
+def _delta(before: Scrape, after: Scrape, name: str) -> float | None:
+    a, b = after.value(name), before.value(name)
+    return None if a is None else a - (b or 0.0)
+
+
+def check_kv_usage(before: Scrape, after: Scrape) -> Check:
+    name = "KV cache usage in 60-90%"
+    values = [v for v in (before.max(*KV_USAGE_METRICS), after.max(*KV_USAGE_METRICS)) if v is not None]
+    if not values:
+        return Check(name, "SKIP", f"the server exports none of {list(KV_USAGE_METRICS)}")
+    usage = sum(values) / len(values)
+    lo, hi = health.KV_BAND
+    if usage < lo:
+        why = "the cache idles: the server could take more concurrent requests (more load, or fewer replicas)"
+    elif usage > hi:
+        why = "close to full: new requests wait and running ones get preempted (more replicas or KV memory)"
+    else:
+        why = "memory is used and has headroom"
+    return _band(name, lo <= usage <= hi, f"{usage:.0%}: {why}")
+
+
+def check_p99(before: Scrape, after: Scrape, histogram: str, what: str) -> Check:
+    name = f"P99 {what} < {health.P99_LATENCY_S:g} s"
+    total = after.buckets(histogram)
+    if not total:
+        return Check(name, "SKIP", f"the server exports no {histogram} histogram")
+    window = bucket_delta(total, before.buckets(histogram))
+    buckets, when = (window, "in the interval") if max(window.values()) > 0 else (total, "since the server started")
+    n = int(max(buckets.values()))
+    if not n:
+        return Check(name, "SKIP", "no request has finished yet")
+    p99 = histogram_quantile(0.99, buckets)
+    why = "" if p99 < health.P99_LATENCY_S else ": users wait; look at queueing (KV usage, batch size) first"
+    return _band(name, p99 < health.P99_LATENCY_S, f"{p99:.3g} s over {n} requests {when} (from the histogram's "
+                                                   f"buckets){why}")
+
+
+def check_tokens_per_s(before: Scrape, after: Scrape, interval_s: float, gpus: int) -> Check:
+    name = f"> {health.TOKENS_PER_S_PER_GPU:g} output tokens/s per GPU"
+    tokens = _delta(before, after, "vllm:generation_tokens_total")
+    if tokens is None:
+        return Check(name, "SKIP", "the server exports no vllm:generation_tokens_total")
+    rate = tokens / interval_s / gpus
+    why = "" if rate > health.TOKENS_PER_S_PER_GPU else ": the GPU is underused (too little load, or small batches)"
+    return _band(name, rate > health.TOKENS_PER_S_PER_GPU,
+                 f"{rate:,.0f} tokens/s per GPU over {interval_s:.1f} s on {gpus} GPU(s){why}")
+
+
+def check_preemptions(before: Scrape, after: Scrape) -> Check:
+    name = f"preemptions < {health.PREEMPTION_RATE:.0%} of requests"
+    preempted = _delta(before, after, "vllm:num_preemptions_total")
+    finished = _delta(before, after, "vllm:request_success_total")
+    if preempted is None or finished is None:
+        return Check(name, "SKIP", "the server exports no vllm:num_preemptions_total or vllm:request_success_total")
+    if not finished:
+        return _band(name, not preempted, f"{preempted:.0f} preemptions and no request finished in the interval")
+    rate = preempted / finished
+    why = ": the KV cache is too small for the batch (fewer max_num_seqs, or more memory)" if rate > \
+        health.PREEMPTION_RATE else ""
+    return _band(name, rate <= health.PREEMPTION_RATE,
+                 f"{preempted:.0f} preemptions for {finished:.0f} finished requests ({rate:.1%}){why}")
+
+
+def check_fragmentation(after: Scrape, kv: dict | None) -> Check:
+    name = f"fragmentation < {health.FRAGMENTATION:.0%}"
+    pool = (kv or {}).get("pool") or {}
+    value = pool.get("fragmentation", after.value("vllm:fragmentation"))
+    if value is None:
+        return Check(name, "SKIP", "neither /debug/kv nor vllm:fragmentation says")
+    why = ": blocks too large for the requests' lengths (a smaller block_size)" if value >= health.FRAGMENTATION \
+        else ""
+    return _band(name, value < health.FRAGMENTATION, f"{value:.1%} of allocated KV slots hold no token{why}")
+
+
+def check_prefix_hits(before: Scrape, after: Scrape) -> Check:
+    name = f"prefix cache hit rate > {health.PREFIX_HIT_RATE:.0%}"
+    queries = _delta(before, after, "vllm:prefix_cache_queries_total")
+    hits = _delta(before, after, "vllm:prefix_cache_hits_total")
+    if queries is None or hits is None:
+        return Check(name, "SKIP", "the server exports no vllm:prefix_cache_queries_total / _hits_total")
+    if not queries:
+        return Check(name, "SKIP", "no prompt was looked up in the interval")
+    rate = hits / queries
+    why = (": prompts share little, or a router spreads requests away from their cached prefixes (prefix_aware)"
+           if rate <= health.PREFIX_HIT_RATE else "")
+    return _band(name, rate > health.PREFIX_HIT_RATE, f"{rate:.1%} of prompt tokens found cached{why}")
+
+
+def check_leaks(kv: dict | None) -> Check:
+    name = "KV block audit: no leaks"
+    if kv is None:
+        return Check(name, "SKIP", "the server has no /debug/kv")
+    audit, pool = kv.get("audit") or {}, kv.get("pool") or {}
+    problems = []
+    if "ok" not in audit:
+        problems.append("no audit in /debug/kv")
+    elif not audit["ok"]:
+        problems.append(f"the audit found {len(audit.get('leaks') or [])} leaked block(s)")
+    parts = [pool.get(k) for k in ("free", "cached", "used", "num_blocks")]
+    if None not in parts and parts[0] + parts[1] + parts[2] != parts[3]:
+        problems.append(f"free {parts[0]} + cached {parts[1]} + used {parts[2]} != {parts[3]} blocks")
+    if problems:
+        return Check(name, "SKIP" if problems == ["no audit in /debug/kv"] else "WARN", "; ".join(problems))
+    return Check(name, "PASS", f"every block's reference count matches its holders ({pool.get('used', '?')} of "
+                               f"{pool.get('num_blocks', '?')} blocks in use)")
+
+
+def run_checks(before: Scrape, after: Scrape, interval_s: float, kv: dict | None, gpus: int = 1) -> list[Check]:
+    return [check_kv_usage(before, after), check_p99(before, after, E2E, "E2E latency"),
+            check_p99(before, after, TTFT, "TTFT"), check_tokens_per_s(before, after, interval_s, gpus),
+            check_preemptions(before, after), check_fragmentation(after, kv), check_prefix_hits(before, after),
+            check_leaks(kv)]
+
+
+def read_server(url: str, interval_s: float) -> tuple[Scrape, Scrape, float, dict | None]:
+    """Two scrapes of /metrics `interval_s` apart (and the time between them), and /debug/kv
+    (None when the server has none)."""
+    with httpx.Client(timeout=10.0) as client:
+        def scrape() -> Scrape:
+            r = client.get(f"{url}/metrics")
+            r.raise_for_status()
+            return Scrape(r.text)
+
+        t0, before = time.monotonic(), scrape()
+        time.sleep(interval_s)
+        after, t1 = scrape(), time.monotonic()
+        r = client.get(f"{url}/debug/kv")
+        kv = r.json() if r.status_code == 200 else None
+    return before, after, t1 - t0, kv
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="paged doctor", description=__doc__.split("\n\n")[0])
+    p.add_argument("url", help="the server, e.g. http://127.0.0.1:8000")
+    p.add_argument("--interval", type=float, default=5.0, help="seconds between the two scrapes of /metrics")
+    p.add_argument("--gpus", type=int, default=1, help="GPUs behind the server (for tokens/s per GPU)")
+    p.add_argument("--json", action="store_true", help="print the checks as JSON")
+    args = p.parse_args(argv)
+    url = args.url.rstrip("/")
+    try:
+        before, after, interval_s, kv = read_server(url, args.interval)
+    except (httpx.HTTPError, ValueError) as e:
+        print(f"doctor: cannot read {url}: {e}", file=sys.stderr)
+        return 2
+    checks = run_checks(before, after, interval_s, kv, args.gpus)
+    if args.json:
+        print(json.dumps([asdict(c) for c in checks], indent=2))
+    else:
+        for c in checks:
+            print(f"{c.status:<5} {c.name}: {c.detail}")
+    return 1 if any(c.status == "WARN" for c in checks) else 0
+

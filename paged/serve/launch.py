@@ -1,0 +1,187 @@
+"""`paged launch`: N engine servers and a router in front of them, started and stopped together.
+
+    paged launch --model smollm2-135m --replicas 2 --router prefix_aware --port 8000 --max-num-seqs 64
+
+Each replica is `python -m paged serve --model M --host 127.0.0.1 --port <free port>` plus every
+option this command does not know (engine options, passed through unchanged), writing its
+output to `--log-dir`/replica-I.log. When all answer `/health`, `paged router` starts on
+`--port` in front of them (router.log). SIGINT (Ctrl-C) or SIGTERM stops them all: SIGTERM,
+then SIGKILL after `--stop-timeout-s`. Every child is also asked to die with the launcher
+(Linux's parent-death signal), so not even a SIGKILL of the launcher leaves orphans.
+
+A replica that exits while serving is left out by the router's health checks (the launcher
+says so and goes on); a replica that fails to start, or the router exiting, stops everything.
+Replicas on other machines need no launcher: give their URLs to `paged router`.
+`--server-command` replaces `python -m paged serve` (e.g. a vLLM server, or a fake in tests).
+Free ports are found by binding port 0: another program may take one before the replica binds
+it, and the replica then fails to start, which is reported.
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+from paged.core.routing import ROUTERS
+
+REPLICA_HOST = "127.0.0.1"  # the router, on this machine, is the replicas' only client
+POLL_S = 0.2
+
+
+class Stop(Exception):
+    """SIGINT or SIGTERM: stop everything."""
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: SIGTERM it when the launcher dies (Linux; elsewhere a no-op)."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG = 1
+    except (OSError, AttributeError):
+        pass
+
+
+def free_port(host: str = REPLICA_HOST) -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+class Children:
+    """The processes this launcher started, each with its log file."""
+
+    def __init__(self, log_dir: Path) -> None:
+        self.log_dir = log_dir
+        self.procs: dict[str, subprocess.Popen] = {}
+
+    def start(self, name: str, cmd: list[str]) -> subprocess.Popen:
+        with open(self.log_dir / f"{name}.log", "ab") as log:
+            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    preexec_fn=_die_with_parent)
+        self.procs[name] = proc
+        return proc
+
+    def log_tail(self, name: str, lines: int = 20) -> str:
+        text = (self.log_dir / f"{name}.log").read_text(errors="replace").splitlines()
+        return "\n".join(text[-lines:])
+
+    def stop_all(self, timeout_s: float) -> None:
+        """SIGTERM to all (the router first, so that it stops taking requests), SIGKILL to what
+        is left after `timeout_s`, and wait for every one: no orphans, no zombies."""
+        live = [p for p in reversed(self.procs.values()) if p.poll() is None]
+        for p in live:
+            p.terminate()
+        deadline = time.monotonic() + timeout_s
+        for p in live:
+            try:
+                p.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+
+def wait_healthy(children: Children, name: str, url: str, deadline: float) -> None:
+    proc = children.procs[name]
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{name} exited with code {proc.returncode} while starting; the end of its log "
+                               f"({children.log_dir / (name + '.log')}):\n{children.log_tail(name)}")
+        try:
+            if httpx.get(f"{url}/health", timeout=2.0).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(POLL_S)
+    raise RuntimeError(f"{name} at {url} was not healthy in time (--startup-timeout-s); see "
+                       f"{children.log_dir / (name + '.log')}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="paged launch", description=__doc__.split("\n\n")[0],
+                                epilog="Any other option is passed to every replica's server.")
+    p.add_argument("--model", required=True)
+    p.add_argument("--replicas", type=int, default=1)
+    p.add_argument("--router", default="round_robin", choices=ROUTERS, help="the routing policy")
+    p.add_argument("--host", default="127.0.0.1", help="the router's address")
+    p.add_argument("--port", type=int, default=8000, help="the router's port")
+    p.add_argument("--log-dir", default=None, help="default: a new temporary folder")
+    p.add_argument("--server-command", default=f"{shlex.quote(sys.executable)} -m paged serve",
+                   help="the command of one replica, before --model/--host/--port")
+    p.add_argument("--startup-timeout-s", type=float, default=600.0, help="for every replica to be healthy")
+    p.add_argument("--stop-timeout-s", type=float, default=10.0, help="SIGTERM to SIGKILL")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args, server_options = build_parser().parse_known_args(argv)
+    if args.replicas < 1:
+        raise SystemExit(f"--replicas {args.replicas}: expected >= 1")
+    log_dir = Path(args.log_dir or tempfile.mkdtemp(prefix="paged-launch-"))
+    log_dir.mkdir(parents=True, exist_ok=True)
+    children = Children(log_dir)
+
+    def stop(signum, _frame):
+        raise Stop(signal.Signals(signum).name)
+
+    previous = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        return _run(args, server_options, children)
+    except Stop as e:
+        print(f"launch: {e}: stopping", flush=True)
+        return 0
+    except RuntimeError as e:
+        print(f"launch: {e}", file=sys.stderr, flush=True)
+        return 1
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the cleanup short
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        children.stop_all(args.stop_timeout_s)
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def _run(args: argparse.Namespace, server_options: list[str], children: Children) -> int:
+    deadline = time.monotonic() + args.startup_timeout_s
+    urls = []
+    for i in range(args.replicas):
+        port = free_port()
+        cmd = [*shlex.split(args.server_command), "--model", args.model, "--host", REPLICA_HOST, "--port", str(port),
+               *server_options]
+        proc = children.start(f"replica-{i}", cmd)
+        urls.append(f"http://{REPLICA_HOST}:{port}")
+        print(f"replica {i}: pid {proc.pid} at {urls[-1]} (log {children.log_dir / f'replica-{i}.log'})", flush=True)
+    for i, url in enumerate(urls):
+        wait_healthy(children, f"replica-{i}", url, deadline)
+    router_cmd = [sys.executable, "-m", "paged", "router", "--policy", args.router, "--host", args.host,
+                  "--port", str(args.port)]
+    for url in urls:
+        router_cmd += ["--backend", url]
+    proc = children.start("router", router_cmd)
+    router_url = f"http://{args.host}:{args.port}"
+    wait_healthy(children, "router", router_url, deadline)
+    print(f"router: pid {proc.pid} at {router_url} ({args.router} over {args.replicas} replicas); "
+          f"Ctrl-C stops all", flush=True)
+    return _supervise(children)
+
+
+def _supervise(children: Children) -> int:
+    """Until a signal: report replicas that exit; stop everything if the router does."""
+    reported = set()
+    while True:
+        for name, proc in children.procs.items():
+            code = proc.poll()
+            if code is None or name in reported:
+                continue
+            if name == "router":
+                raise RuntimeError(f"the router exited with code {code}:\n{children.log_tail('router')}")
+            reported.add(name)
+            print(f"launch: {name} exited with code {code}; the router serves without it", flush=True)
+        time.sleep(POLL_S)

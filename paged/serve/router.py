@@ -1,0 +1,226 @@
+"""`paged router`: an OpenAI-compatible load balancer over OpenAI-compatible servers.
+
+    paged router --backend http://10.0.0.1:8000 --backend http://10.0.0.2:8000 --policy prefix_aware
+
+Each completion (`/v1/completions`, `/v1/chat/completions`) goes to the backend that the
+simulator's router of the same name chooses (`paged.core.routing`), over the same view of each
+replica: the requests this router has in flight there and its last scraped KV usage
+(`paged.serve.backends`); `prefix_aware` reads the prompt's chained block ids
+(`paged.serve.prefix_ids`). Streams pass through event by event. `/v1/models` comes from the
+first healthy backend; `/health` is 200 while one backend is in service; `/metrics` counts what
+the router did per backend (`paged.serve.router_metrics`).
+
+Faults: every backend is probed each `--health-interval-s`; one that fails is taken out until it
+answers again. A request that cannot connect to its backend is retried on another; one whose
+backend fails mid-request ends with HTTP 502 and an OpenAI error body, or, once its stream has
+started, an error event and `data: [DONE]`. A backend that hangs is cut off by the timeouts
+(`--read-timeout-s` between two reads). Malformed JSON is a 400; no backend in service, a 503.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+import httpx
+from fastapi import FastAPI, Request, Response
+from fastapi.responses import StreamingResponse
+from fastapi.sse import format_sse_event
+from httpx_sse import EventSource
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from paged.core.routing import ROUTERS, make_router
+
+from .backends import Backend, probe, watch
+from .openai_errors import error_events, error_response
+from .prefix_ids import prefix_ids
+from .router_metrics import RouterMetrics
+
+FORWARDED_HEADERS = ("authorization", "content-type")
+
+
+@dataclass(slots=True)
+class RouterConfig:
+    backends: list[str]
+    policy: str = "round_robin"
+    block_size: int = 16  # tokens (characters of text) per prefix id
+    health_interval_s: float = 1.0
+    health_timeout_s: float = 2.0
+    connect_timeout_s: float = 2.0
+    read_timeout_s: float = 600.0  # between two reads from a backend: a non-streamed answer comes in one read
+
+
+class Forwarder:
+    """Chooses a backend per request and relays the request there and the answer back."""
+
+    def __init__(self, config: RouterConfig) -> None:
+        self.config = config
+        self.backends = [Backend(url) for url in config.backends]
+        self.policy = make_router(config.policy, len(self.backends))
+        self.metrics = RouterMetrics(self.backends)
+        self.client: httpx.AsyncClient | None = None
+
+    def choose(self, ids: list[int] | None) -> Backend | None:
+        """The policy's choice among the backends in service (None when there is none)."""
+        for _ in range(len(self.backends)):  # round robin may land on one out of service: ask again
+            backend = self.backends[self.policy.route(ids, self.backends)]
+            if backend.healthy:
+                self.metrics.routed.labels(backend.url).inc()
+                return backend
+        return None
+
+    async def completion(self, request: Request, path: str) -> Response:
+        body = await request.body()
+        try:
+            payload = json.loads(body)
+        except ValueError as e:
+            self.metrics.rejected.labels("bad_request").inc()
+            return error_response(f"the request body is not valid JSON: {e}", 400)
+        if not isinstance(payload, dict):
+            self.metrics.rejected.labels("bad_request").inc()
+            return error_response("the request body must be a JSON object", 400)
+        ids = prefix_ids(payload, self.config.block_size) if self.config.policy == "prefix_aware" else None
+        headers = {k: v for k, v in request.headers.items() if k in FORWARDED_HEADERS}
+        while (backend := self.choose(ids)) is not None:
+            upstream = self.client.build_request("POST", backend.url + path, content=body, headers=headers)
+            backend.in_flight += 1  # from here until its answer is relayed (see _relay, _events)
+            self.metrics.requests.labels(backend.url).inc()
+            try:
+                response = await self.client.send(upstream, stream=True)
+            except (httpx.ConnectError, httpx.ConnectTimeout):  # never reached the backend: try another
+                backend.in_flight -= 1
+                backend.healthy = False
+                self.metrics.errors.labels(backend.url, "connect").inc()
+                continue
+            except httpx.HTTPError as e:
+                backend.in_flight -= 1
+                self.metrics.errors.labels(backend.url, "interrupted").inc()
+                return error_response(f"backend {backend.url} failed: {_describe(e)}", 502, "backend_failed")
+            return await self._relay(backend, response)
+        self.metrics.rejected.labels("no_backend").inc()
+        return error_response("no backend is in service", 503, "no_backend")
+
+    async def _relay(self, backend: Backend, response: httpx.Response) -> Response:
+        if response.status_code >= 500:
+            self.metrics.errors.labels(backend.url, "status").inc()
+        if response.status_code == 200 and response.headers.get("content-type", "").startswith("text/event-stream"):
+            return StreamingResponse(self._events(backend, response), media_type="text/event-stream")
+        try:
+            content = await response.aread()
+        except httpx.HTTPError as e:
+            self.metrics.errors.labels(backend.url, "interrupted").inc()
+            return error_response(f"backend {backend.url} failed mid-request: {_describe(e)}", 502,
+                                  "backend_failed")
+        finally:
+            backend.in_flight -= 1
+            await response.aclose()
+        return Response(content, response.status_code, media_type=response.headers.get("content-type"))
+
+    async def _events(self, backend: Backend, response: httpx.Response):
+        """The backend's events as they come; a stream cut before `[DONE]` ends with an error."""
+        done = False
+        try:
+            async for event in EventSource(response).aiter_sse():
+                done = event.data == "[DONE]"
+                yield format_sse_event(data_str=event.data, event=event.event if event.event != "message" else None,
+                                       id=event.id or None, retry=event.retry)
+            if not done:
+                raise httpx.RemoteProtocolError("the stream ended before data: [DONE]")
+        except httpx.HTTPError as e:
+            self.metrics.errors.labels(backend.url, "interrupted").inc()
+            yield error_events(f"backend {backend.url} failed mid-stream: {_describe(e)}", 502, "backend_failed")
+        finally:
+            backend.in_flight -= 1
+            await response.aclose()
+
+    async def models(self) -> Response:
+        for backend in self.backends:
+            if backend.healthy:
+                try:
+                    r = await self.client.get(f"{backend.url}/v1/models")
+                except httpx.HTTPError:
+                    continue
+                return Response(r.content, r.status_code, media_type=r.headers.get("content-type"))
+        return error_response("no backend is in service", 503, "no_backend")
+
+
+def _describe(e: Exception) -> str:
+    return f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+
+
+def create_app(config: RouterConfig) -> FastAPI:
+    fwd = Forwarder(config)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        timeout = httpx.Timeout(config.read_timeout_s, connect=config.connect_timeout_s)
+        async with httpx.AsyncClient(timeout=timeout, limits=httpx.Limits(max_connections=None)) as client:
+            fwd.client = client
+            # A first probe of every backend before serving: a router starts with its backends known.
+            await asyncio.gather(*(probe(b, client, config.health_timeout_s) for b in fwd.backends))
+            tasks = [asyncio.create_task(watch(b, client, config.health_interval_s, config.health_timeout_s))
+                     for b in fwd.backends]
+            try:
+                yield
+            finally:
+                for t in tasks:
+                    t.cancel()
+
+    app = FastAPI(title="paged router", lifespan=lifespan)
+    app.state.forwarder = fwd
+
+    @app.post("/v1/completions")
+    async def completions(request: Request) -> Response:
+        return await fwd.completion(request, "/v1/completions")
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> Response:
+        return await fwd.completion(request, "/v1/chat/completions")
+
+    @app.get("/v1/models")
+    async def models() -> Response:
+        return await fwd.models()
+
+    @app.get("/health")
+    async def health() -> Response:
+        n = sum(b.healthy for b in fwd.backends)
+        if n:
+            return Response(json.dumps({"status": "ok", "backends_in_service": n}), media_type="application/json")
+        return error_response("no backend is in service", 503, "no_backend")
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        return Response(generate_latest(fwd.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    return app
+
+
+def build_parser() -> argparse.ArgumentParser:
+    d = RouterConfig([])
+    p = argparse.ArgumentParser(prog="paged router", description=__doc__.split("\n\n")[0])
+    p.add_argument("--backend", action="append", required=True, metavar="URL",
+                   help="an OpenAI-compatible server (repeat for each)")
+    p.add_argument("--policy", default=d.policy, choices=ROUTERS)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8080)
+    p.add_argument("--block-size", type=int, default=d.block_size,
+                   help="prefix_aware: tokens (characters, for text prompts) per prefix id")
+    p.add_argument("--health-interval-s", type=float, default=d.health_interval_s)
+    p.add_argument("--health-timeout-s", type=float, default=d.health_timeout_s)
+    p.add_argument("--connect-timeout-s", type=float, default=d.connect_timeout_s)
+    p.add_argument("--read-timeout-s", type=float, default=d.read_timeout_s,
+                   help="longest wait between two reads from a backend")
+    p.add_argument("--log-level", default="warning")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    import uvicorn
+
+    args = build_parser().parse_args(argv)
+    config = RouterConfig(args.backend, args.policy, args.block_size, args.health_interval_s, args.health_timeout_s,
+                          args.connect_timeout_s, args.read_timeout_s)
+    uvicorn.run(create_app(config), host=args.host, port=args.port, log_level=args.log_level, access_log=False)
+    return 0

@@ -1,0 +1,90 @@
+"""`paged bench serve`: prompts that share what the trace says they share, a summary under the
+simulator's keys, and errors counted when the server fails mid-run."""
+from __future__ import annotations
+
+import json
+import signal
+import threading
+
+import httpx
+import numpy as np
+import pandas as pd
+
+from paged.serve.bench_serve import main
+from paged.serve.prompts import PromptMaker
+from paged.workloads.workload import Workload, shared_prefix_workload
+from sim.cli import main as sim_main
+
+from .conftest import REPO, metric, wait_until
+
+AZURE_CONV = REPO / "traces" / "azure_llm_2023_conv.csv"
+
+# what the simulator's --json and the load generator's both report, with the same meaning
+SHARED_KEYS = ("num_requests", "num_finished", "throughput_req_s", "input_tokens_per_s", "output_tokens_per_s",
+               "wall_time_s", "ttft_s", "tpot_s", "e2e_s", "itl_s", "goodput")
+
+
+def test_prompts_share_real_tokens_where_the_trace_shares_ids():
+    ids = np.array([7, 8, 9, 7, 8, 5], dtype=np.int64)  # request 0: 7 8 9; request 1: 7 8 5
+    w = Workload(np.array([0.0, 1.0, 2.0]), np.array([40, 36, 20]), np.array([4, 4, 4]), prefix_index=np.array(
+        [0, 1, -1]), prefix_values=ids, prefix_offsets=np.array([0, 3, 6]), hash_id_block_size=16)
+    make = PromptMaker(w, vocab_size=500, min_token_id=100, seed=3)
+    a, b, c = make(0), make(1), make(2)
+    assert [len(a), len(b), len(c)] == [40, 36, 20]
+    assert a[:32] == b[:32] and a[32:36] != b[32:36]  # ids 7, 8 shared; 9 and 5 differ
+    assert all(100 <= t < 500 for t in a + b + c)
+    assert a == PromptMaker(w, 500, 100, seed=3)(0) and a != PromptMaker(w, 500, 100, seed=4)(0)
+
+    groups = shared_prefix_workload(4, 2, 32, 8, 4, rate=10.0, hash_id_block_size=16)
+    make = PromptMaker(groups, 32000, 1000)
+    p = [make(i) for i in range(4)]
+    assert p[0][:32] == p[2][:32] and p[0][:32] != p[1][:32] and p[0][32:] != p[2][32:]
+
+
+def test_summary_has_the_simulators_keys(backends, tmp_path, capsys):
+    azure_conv = AZURE_CONV
+    (url, _), = backends(["b0"], "--token-delay-s", "0.002")
+    out, csv = tmp_path / "bench.json", tmp_path / "requests.csv"
+    assert main(["--url", url, "--trace", str(azure_conv), "--num-requests", "12", "--time-scale", "0.05",
+                 "--max-model-len", "600", "--slo-ttft-s", "5", "--slo-tpot-s", "1", "--json", str(out),
+                 "--requests-csv", str(csv), "--no-progress"]) == 0
+    doc = json.loads(out.read_text())
+    sim_out = tmp_path / "sim.json"
+    assert sim_main(["run", "--trace", str(azure_conv), "--num-requests", "12", "--slo-ttft-s", "5",
+                     "--slo-tpot-s", "1", "--json", str(sim_out)]) == 0
+    sim_doc = json.loads(sim_out.read_text())
+    capsys.readouterr()
+    for key in SHARED_KEYS:
+        assert key in doc and key in sim_doc, key
+        if isinstance(sim_doc[key], dict):
+            assert set(doc[key]) == set(sim_doc[key]), key
+    assert doc["num_finished"] == 12 and doc["num_errors"] == 0
+    assert set(doc["send_lateness_s"]) == {"mean", "p50", "p90", "p99", "max"}
+    rows = pd.read_csv(csv)
+    assert len(rows) == 12 and (rows.status == "finished").all()
+    assert (rows.num_generated == rows.num_output_tokens).all()  # ignore_eos and max_tokens: the trace's lengths
+    assert (rows.num_prompt_tokens <= 599).all() and doc["workload"]["trace"] == str(azure_conv)
+
+
+def test_errors_are_counted_when_the_server_dies_mid_run(backends, procs, tmp_path, capsys):
+    """The server is killed once a few requests have finished: every request ends, finished or
+    as an error, and the summary counts both."""
+    (url, proc), = backends(["b0"], "--token-delay-s", "0.005")
+    out = tmp_path / "bench.json"
+    result = {}
+    bench = threading.Thread(target=lambda: result.setdefault("code", main([
+        "--url", url, "--shared-prefix", "2,64,16,8", "--num-requests", "40", "--rate", "20", "--arrival",
+        "constant", "--json", str(out), "--no-progress", "--model", "fake-model"])))
+    bench.start()
+    try:
+        wait_until(lambda: (metric(httpx.get(f"{url}/metrics", timeout=5).text, "vllm:request_success_total")
+                            or 0) >= 3, "three requests finished")
+        procs.stop(proc, signal.SIGKILL)
+    finally:
+        bench.join(120)
+    assert result["code"] == 0
+    doc = json.loads(out.read_text())
+    assert doc["num_finished"] >= 3 and doc["num_errors"] > 0
+    assert doc["num_finished"] + doc["num_errors"] == doc["num_requests"] == 40
+    assert sum(doc["errors"].values()) <= doc["num_errors"]  # the ten most common messages
+    assert "error x" in capsys.readouterr().out

@@ -1,0 +1,96 @@
+"""`paged launch` for real, with fake backends as replicas (`--server-command`): replicas and a
+router come up on free ports with a log each; a replica killed mid-run costs no request; a
+signal stops every process it started, and a replica that cannot start stops the launch."""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from .conftest import free_port, wait_until
+
+FAKE_SERVER = f"{sys.executable} -m tests.serve.fake_backend"
+
+
+def alive(pid: int) -> bool:
+    """Running, and not a zombie waiting for a parent to reap it."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
+def launch(procs, tmp_path: Path, replicas: int, *options: str, server: str = FAKE_SERVER):
+    """Start `paged launch`; returns (process, router URL, {name: pid} once it is up)."""
+    port = free_port()
+    proc = procs.start("launch", "-m", "paged", "launch", "--model", "fake-model", "--replicas", str(replicas),
+                       "--port", str(port), "--log-dir", str(tmp_path / "logs"), "--server-command", server,
+                       "--stop-timeout-s", "5", *options)
+    return proc, f"http://127.0.0.1:{port}"
+
+
+def ready(procs, proc, url: str) -> dict[str, int]:
+    """Wait for the launch to serve and say so; then the pids it started."""
+    procs.wait_healthy(url, proc)
+    wait_until(lambda: "router" in pids(proc), "the launcher prints the router's pid")
+    return pids(proc)
+
+
+def pids(proc) -> dict[str, int]:
+    """{"replica 0": pid, ..., "router": pid} from what the launcher printed."""
+    return {name: int(pid) for name, pid in re.findall(r"^(replica \d+|router): pid (\d+)", proc.log_path.read_text(),
+                                                         re.M)}
+
+
+def served_by(url: str) -> str:
+    r = httpx.post(f"{url}/v1/completions", json={"model": "fake-model", "prompt": "hi", "max_tokens": 2}, timeout=30)
+    assert r.status_code == 200, r.text
+    return r.json()["system_fingerprint"]
+
+
+def test_three_replicas_survive_one_killed_and_stop_together(procs, tmp_path):
+    proc, url = launch(procs, tmp_path, 3, "--router", "round_robin", "--token-delay-s", "0.01")
+    started = ready(procs, proc, url)
+    assert set(started) == {"replica 0", "replica 1", "replica 2", "router"}
+    assert all((tmp_path / "logs" / f"replica-{i}.log").exists() for i in range(3))
+    names = [served_by(url) for _ in range(3)]
+    assert len(set(names)) == 3
+
+    os.kill(started["replica 1"], signal.SIGKILL)
+    assert all(served_by(url) != names[1] for _ in range(12))
+    wait_until(lambda: "replica-1 exited" in proc.log_path.read_text(), "the launcher reports replica 1 gone")
+    assert proc.poll() is None
+
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(60) == 0
+    assert not [name for name, pid in started.items() if alive(pid)]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
+def test_the_launcher_leaves_no_orphans(procs, tmp_path, sig):
+    """Ctrl-C stops every child; so does a SIGKILL of the launcher itself, which can run no
+    cleanup (each child asked the kernel for a signal when its parent dies)."""
+    proc, url = launch(procs, tmp_path, 1)
+    started = ready(procs, proc, url)
+    proc.send_signal(sig)
+    proc.wait(60)
+    try:
+        wait_until(lambda: not any(alive(pid) for pid in started.values()), "every child of the launcher gone")
+    finally:  # orphans of a failed run must not outlive the test
+        for pid in started.values():
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_a_replica_that_cannot_start_stops_the_launch(procs, tmp_path):
+    fail = f"{sys.executable} -c \"import sys; print('no GPU here'); sys.exit(3)\""
+    proc, _ = launch(procs, tmp_path, 2, server=fail)
+    assert proc.wait(60) == 1
+    out = proc.log_path.read_text()
+    assert "exited with code 3" in out and "no GPU here" in out
+    assert not any(alive(pid) for pid in pids(proc).values())

@@ -1,0 +1,188 @@
+"""`paged router` end to end over HTTP, in front of fake backends: each policy's choices, streams
+through the official `openai` client, bad input, and a backend that dies and comes back.
+
+A fake backend names itself in every answer's `system_fingerprint`, which is how a test sees
+where a request went.
+"""
+from __future__ import annotations
+
+import json
+import signal
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import openai
+
+from .conftest import metric, wait_until
+
+
+def complete(url: str, prompt="hi", max_tokens: int = 2, **extra) -> httpx.Response:
+    return httpx.post(f"{url}/v1/completions", json={"model": "fake-model", "prompt": prompt,
+                                                      "max_tokens": max_tokens, **extra}, timeout=30)
+
+
+def served_by(response: httpx.Response) -> str:
+    assert response.status_code == 200, response.text
+    return response.json()["system_fingerprint"]
+
+
+def router_metric(url: str, name: str, **labels) -> float | None:
+    return metric(httpx.get(f"{url}/metrics", timeout=5).text, name, **labels)
+
+
+def test_round_robin_cycles_through_the_backends_in_order(shared_backends, router):
+    urls = shared_backends
+    url = router(urls, "round_robin")
+    assert [served_by(complete(url)) for _ in range(6)] == ["b0", "b1", "b2"] * 2
+    assert router_metric(url, "paged_router_routing_decisions_total", backend=urls[1]) == 2
+
+
+def test_prefix_aware_keeps_a_prefix_on_one_backend(shared_backends, router):
+    """Two groups, each its prompts sharing a long prefix (one as token ids, one as chat text),
+    in three rounds of one request per group at once. The first round spreads the groups (the
+    first request, 2 s long, is still running when the second arrives, so least outstanding
+    sends it elsewhere); later rounds must follow their prefix, where round robin would move
+    them."""
+    urls = shared_backends
+    url = router(urls, "prefix_aware")
+    ids_prefix = list(range(1000, 1064))
+    text_prefix = "You are a helpful assistant who answers in French. " * 2
+
+    def ids_request(i: int) -> str:
+        return served_by(complete(url, ids_prefix + [2000 + i] * (i + 1), max_tokens=40 if i == 0 else 2))
+
+    def chat_request(i: int) -> str:
+        r = httpx.post(f"{url}/v1/chat/completions", timeout=30, json={
+            "model": "fake-model", "max_tokens": 2,
+            "messages": [{"role": "system", "content": text_prefix}, {"role": "user", "content": f"question {i}"}]})
+        return served_by(r)
+
+    def in_flight() -> float:
+        return sum(router_metric(url, "paged_router_backend_outstanding", backend=u) for u in urls)
+
+    served = {"ids": [], "chat": []}
+    with ThreadPoolExecutor(2) as pool:
+        for i in range(3):
+            first = pool.submit(ids_request, i)
+            if i == 0:  # the groups' first requests must overlap, for the second to go elsewhere
+                wait_until(lambda: in_flight() == 1, "the first request in flight")
+            second = pool.submit(chat_request, i)
+            served["ids"].append(first.result())
+            served["chat"].append(second.result())
+    assert len(set(served["ids"])) == 1 and len(set(served["chat"])) == 1, served
+    assert served["ids"][0] != served["chat"][0], served
+
+
+def test_least_kv_follows_the_scraped_kv_usage(shared_backends, router):
+    urls = shared_backends
+    url = router(urls, "least_kv", "--health-interval-s", "0.1")
+
+    def set_usage(usages):
+        for u, v in zip(urls, usages):
+            httpx.post(f"{u}/fake/kv_usage", json={"value": v}, timeout=5)
+        wait_until(lambda: all(router_metric(url, "paged_router_backend_kv_usage", backend=u) == v
+                               for u, v in zip(urls, usages)), f"the router scraped KV usage {usages}")
+
+    set_usage([0.5, 0.1, 0.9])
+    assert {served_by(complete(url)) for _ in range(4)} == {"b1"}
+    set_usage([0.05, 0.95, 0.9])
+    assert {served_by(complete(url)) for _ in range(4)} == {"b0"}
+    set_usage([0.0, 0.0, 0.0])
+
+
+def test_streams_pass_through_to_the_openai_client(shared_backends, router):
+    client = openai.OpenAI(base_url=f"{router(shared_backends, 'round_robin')}/v1", api_key="unused", max_retries=0)
+    stream = client.completions.create(model="fake-model", prompt="hi", max_tokens=5, stream=True,
+                                       stream_options={"include_usage": True})
+    chunks = list(stream)
+    assert [c.choices[0].text for c in chunks if c.choices] == [f"t{i} " for i in range(5)]
+    assert chunks[-1].usage.completion_tokens == 5 and chunks[0].system_fingerprint == "b0"
+    chat = client.chat.completions.create(model="fake-model", messages=[{"role": "user", "content": "hi"}],
+                                          max_tokens=3, stream=True)
+    deltas = [c.choices[0].delta.content for c in chat]
+    assert deltas == ["t0 ", "t1 ", "t2 "]
+    assert client.models.list().data[0].id == "fake-model"
+    whole = client.chat.completions.create(model="fake-model", messages=[{"role": "user", "content": "hi"}],
+                                           max_tokens=3)
+    assert whole.choices[0].message.content == "t0 t1 t2 " and whole.system_fingerprint == "b2"
+
+
+def test_bad_json_is_a_400_and_no_backend_a_503(shared_backends, router):
+    url = router(shared_backends, "round_robin")
+    r = httpx.post(f"{url}/v1/completions", content=b'{"prompt": "hi", ', timeout=10)
+    assert r.status_code == 400 and set(r.json()["error"]) == {"message", "type", "param", "code"}
+    assert httpx.post(f"{url}/v1/completions", content=b"[1, 2]", timeout=10).status_code == 400
+    assert router_metric(url, "paged_router_rejected_total", reason="bad_request") == 2
+
+    from .conftest import free_port
+
+    nowhere = router([f"http://127.0.0.1:{free_port()}"], "least_outstanding", healthy=False)
+    assert httpx.get(f"{nowhere}/health", timeout=10).status_code == 503
+    r = complete(nowhere)
+    assert r.status_code == 503 and r.json()["error"]["code"] == "no_backend"
+
+
+def _stream(url: str, started: threading.Event, max_tokens: int) -> tuple[list[str], list[dict]]:
+    """(the texts, the errors) of a streamed completion, setting `started` at its first event."""
+    texts, errors = [], []
+    with httpx.stream("POST", f"{url}/v1/completions", timeout=30,
+                      json={"model": "fake-model", "prompt": "hi", "max_tokens": max_tokens, "stream": True}) as r:
+        assert r.status_code == 200
+        for line in r.iter_lines():
+            if not line.startswith("data: "):
+                continue
+            started.set()
+            data = line.removeprefix("data: ")
+            if data == "[DONE]":
+                return texts, errors
+            event = json.loads(data)
+            (errors.append(event["error"]) if "error" in event else texts.append(event["choices"][0]["text"]))
+    raise AssertionError(f"the stream ended without data: [DONE] (texts {texts}, errors {errors})")
+
+
+def test_a_request_that_cannot_connect_is_sent_elsewhere(backends, router, procs):
+    """Before the router's next probe (a minute away here) notices a backend is gone, the
+    requests it sends there fail to connect and go to another backend: all succeed."""
+    started = backends(["b0", "b1"])
+    url = router([u for u, _ in started], "round_robin", "--health-interval-s", "60")
+    procs.stop(started[1][1], signal.SIGKILL)
+    assert [served_by(complete(url)) for _ in range(4)] == ["b0"] * 4
+    assert router_metric(url, "paged_router_errors_total", backend=started[1][0], reason="connect") == 1
+
+
+def test_a_backend_killed_mid_run(backends, router, procs):
+    """Requests in flight on the killed backend end with an error (a stream: an error event then
+    [DONE]; a plain request: 502), never hang; the others finish; later requests all succeed on
+    the survivors; the backend rejoins when it is restarted."""
+    started = backends(["b0", "b1", "b2"], "--token-delay-s", "0.05")
+    urls = [u for u, _ in started]
+    url = router(urls, "round_robin", "--health-interval-s", "0.2")
+    outstanding = [lambda u=u: router_metric(url, "paged_router_backend_outstanding", backend=u) for u in urls]
+    with ThreadPoolExecutor(5) as pool:
+        streams = []
+        for _ in range(3):  # one stream per backend, each running before the next is sent
+            first_event = threading.Event()
+            streams.append(pool.submit(_stream, url, first_event, 60))
+            wait_until(first_event.is_set, "the stream's first event")
+        plain = []
+        for i in (0, 1):  # then one plain request on b0 and one on b1
+            plain.append(pool.submit(complete, url, max_tokens=60))
+            wait_until(lambda i=i: outstanding[i]() == 2, f"two requests in flight on b{i}")
+        procs.stop(started[1][1], signal.SIGKILL)
+        results = [s.result() for s in streams]
+        answers = [p.result() for p in plain]
+    on_dead = [r for r in results if r[1]]
+    assert len(on_dead) == 1 and on_dead[0][1][0]["code"] == "backend_failed" and len(on_dead[0][0]) < 60
+    assert all(texts == [f"t{i} " for i in range(60)] and not errors for texts, errors in results if not errors)
+    assert answers[0].status_code == 200 and answers[1].status_code == 502
+    assert set(answers[1].json()["error"]) == {"message", "type", "param", "code"}
+
+    after = [served_by(complete(url)) for _ in range(9)]
+    assert set(after) <= {"b0", "b2"}
+    assert router_metric(url, "paged_router_backend_healthy", backend=urls[1]) == 0
+
+    backends(["b1"], "--token-delay-s", "0.05", ports=[int(urls[1].rsplit(":", 1)[1])])
+    wait_until(lambda: router_metric(url, "paged_router_backend_healthy", backend=urls[1]) == 1, "b1 rejoins")
+    assert "b1" in {served_by(complete(url)) for _ in range(6)}
+
