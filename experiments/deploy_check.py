@@ -58,9 +58,9 @@ from sim_vs_real import drift, sim_config
 from paged.engine import EngineConfig, LLMEngine
 from paged.engine.profile import ProfileGrid, profile, write_profile
 from paged.serve.bench_serve import first_model, summarize
-from paged.serve.launcher import free_port
 from paged.serve.prompts import PromptMaker
 from paged.serve.replay import replay
+from paged.serve.server_process import free_port
 from paged.workloads.workload import Workload
 from sim import simulate
 from sim.plots import figure

@@ -24,7 +24,7 @@ from paged.engine.bench import load_requests
 from paged.engine.engine_args import add_engine_args, engine_kwargs
 from paged.workloads.traces import AZURE_CONV
 
-from .launcher import launched_server
+from .server_process import launched_server
 
 
 async def run_in_process(engine: AsyncLLM, requests: list[tuple[list[int], int]]) -> tuple[float, int]:

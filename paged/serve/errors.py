@@ -1,4 +1,5 @@
-"""Errors as OpenAI's API returns them: a status code and `{"error": {"message", "type", "param", "code"}}`.
+"""Errors as OpenAI's API returns them: a status code and `{"error": {"message", "type", "param", "code"}}`,
+for the server and the router alike.
 
 Everything the server refuses is raised as an `APIError`; the app's handlers turn it, FastAPI's
 own HTTP errors (404 route, 405, 413 from the body limit) and any unexpected exception into
@@ -6,6 +7,7 @@ this one shape, so a client always reads the same body and no request can take t
 """
 from __future__ import annotations
 
+import json
 import logging
 import re
 from collections.abc import Callable
@@ -13,6 +15,7 @@ from http import HTTPStatus
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
+from fastapi.sse import format_sse_event
 from starlette.exceptions import HTTPException
 
 log = logging.getLogger("paged.serve")
@@ -37,14 +40,24 @@ class APIError(Exception):
         return cls(400, message, param)
 
 
-def error_body(status: int, message: str, param: str | None = None) -> dict:
+def error_body(status: int, message: str, param: str | None = None, code: str | int | None = None) -> dict:
+    """`code` defaults to the status; the router names what failed instead ("backend_failed")."""
     phrase = HTTPStatus(status).phrase.replace(" ", "")
     return {"error": {"message": message, "type": _TYPES.get(status, phrase if status < 500 else "server_error"),
-                      "param": param, "code": status}}
+                      "param": param, "code": status if code is None else code}}
 
 
-def error_response(status: int, message: str, param: str | None = None, headers: dict | None = None) -> JSONResponse:
-    return JSONResponse(error_body(status, message, param), status_code=status, headers=headers)
+def error_response(status: int, message: str, param: str | None = None, headers: dict | None = None,
+                   code: str | None = None) -> JSONResponse:
+    return JSONResponse(error_body(status, message, param, code), status_code=status, headers=headers)
+
+
+def error_events(status: int, message: str, code: str | None = None) -> bytes:
+    """The end of a stream that failed after it started (its status already sent): the error as a
+    final SSE event, then `data: [DONE]`, so that a client reading the stream ends with an error
+    instead of waiting for tokens that will not come."""
+    return (format_sse_event(data_str=json.dumps(error_body(status, message, code=code)))
+            + format_sse_event(data_str="[DONE]"))
 
 
 def install_error_handlers(app: FastAPI, on_error: Callable[[int], None]) -> None:

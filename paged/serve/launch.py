@@ -22,7 +22,6 @@ import argparse
 import ctypes
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -32,6 +31,8 @@ from pathlib import Path
 import httpx
 
 from paged.core.routing import ROUTERS
+
+from .server_process import free_port
 
 REPLICA_HOST = "127.0.0.1"  # the router, on this machine, is the replicas' only client
 POLL_S = 0.2
@@ -47,12 +48,6 @@ def _die_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG = 1
     except (OSError, AttributeError):
         pass
-
-
-def free_port(host: str = REPLICA_HOST) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 class Children:

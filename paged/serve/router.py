@@ -34,7 +34,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from paged.core.routing import ROUTERS, make_router
 
 from .backends import Backend, probe, watch
-from .openai_errors import error_events, error_response
+from .errors import error_events, error_response
 from .prefix_ids import prefix_ids
 from .router_metrics import RouterMetrics
 
@@ -77,10 +77,10 @@ class Forwarder:
             payload = json.loads(body)
         except ValueError as e:
             self.metrics.rejected.labels("bad_request").inc()
-            return error_response(f"the request body is not valid JSON: {e}", 400)
+            return error_response(400, f"the request body is not valid JSON: {e}")
         if not isinstance(payload, dict):
             self.metrics.rejected.labels("bad_request").inc()
-            return error_response("the request body must be a JSON object", 400)
+            return error_response(400, "the request body must be a JSON object")
         ids = prefix_ids(payload, self.config.block_size) if self.config.policy == "prefix_aware" else None
         headers = {k: v for k, v in request.headers.items() if k in FORWARDED_HEADERS}
         while (backend := self.choose(ids)) is not None:
@@ -97,10 +97,10 @@ class Forwarder:
             except httpx.HTTPError as e:
                 backend.in_flight -= 1
                 self.metrics.errors.labels(backend.url, "interrupted").inc()
-                return error_response(f"backend {backend.url} failed: {_describe(e)}", 502, "backend_failed")
+                return error_response(502, f"backend {backend.url} failed: {_describe(e)}", code="backend_failed")
             return await self._relay(backend, response)
         self.metrics.rejected.labels("no_backend").inc()
-        return error_response("no backend is in service", 503, "no_backend")
+        return error_response(503, "no backend is in service", code="no_backend")
 
     async def _relay(self, backend: Backend, response: httpx.Response) -> Response:
         if response.status_code >= 500:
@@ -111,8 +111,8 @@ class Forwarder:
             content = await response.aread()
         except httpx.HTTPError as e:
             self.metrics.errors.labels(backend.url, "interrupted").inc()
-            return error_response(f"backend {backend.url} failed mid-request: {_describe(e)}", 502,
-                                  "backend_failed")
+            return error_response(502, f"backend {backend.url} failed mid-request: {_describe(e)}",
+                                  code="backend_failed")
         finally:
             backend.in_flight -= 1
             await response.aclose()
@@ -130,7 +130,7 @@ class Forwarder:
                 raise httpx.RemoteProtocolError("the stream ended before data: [DONE]")
         except httpx.HTTPError as e:
             self.metrics.errors.labels(backend.url, "interrupted").inc()
-            yield error_events(f"backend {backend.url} failed mid-stream: {_describe(e)}", 502, "backend_failed")
+            yield error_events(502, f"backend {backend.url} failed mid-stream: {_describe(e)}", "backend_failed")
         finally:
             backend.in_flight -= 1
             await response.aclose()
@@ -143,7 +143,7 @@ class Forwarder:
                 except httpx.HTTPError:
                     continue
                 return Response(r.content, r.status_code, media_type=r.headers.get("content-type"))
-        return error_response("no backend is in service", 503, "no_backend")
+        return error_response(503, "no backend is in service", code="no_backend")
 
 
 def _describe(e: Exception) -> str:
@@ -188,7 +188,7 @@ def create_app(config: RouterConfig) -> FastAPI:
         n = sum(b.healthy for b in fwd.backends)
         if n:
             return Response(json.dumps({"status": "ok", "backends_in_service": n}), media_type="application/json")
-        return error_response("no backend is in service", 503, "no_backend")
+        return error_response(503, "no backend is in service", code="no_backend")
 
     @app.get("/metrics")
     async def metrics() -> Response:

@@ -24,7 +24,7 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tiny_models imports transformers: never the network
 
-from paged.serve.launcher import free_port, launched_server  # noqa: E402
+from paged.serve.server_process import free_port, launched_server  # noqa: E402
 from tests.engine.tiny_models import make_tiny_model  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
