@@ -60,9 +60,11 @@ def _add_sim_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--static-reserve", choices=["max_model_len", "max_tokens"], default=d.static_reserve,
                    help="KV a static batch reserves per request")
     g = p.add_argument_group("cost model")
-    g.add_argument("--cost-model", default=d.cost_model, help="roofline, or a paged-step-profile/1 JSON file")
-    g.add_argument("--mfu-efficiency", type=float, default=d.mfu_efficiency)
-    g.add_argument("--bandwidth-efficiency", type=float, default=d.bandwidth_efficiency)
+    g.add_argument("--cost-model", default=d.cost_model,
+                   help="calibrated (fitted to measured GPU profiles), vidur:DIR (Vidur's measured mlp.csv profiles "
+                        "under DIR), roofline, or a paged-step-profile/1 JSON file")
+    g.add_argument("--mfu-efficiency", type=float, default=d.mfu_efficiency, help="roofline only")
+    g.add_argument("--bandwidth-efficiency", type=float, default=d.bandwidth_efficiency, help="roofline only")
     g.add_argument("--step-overhead-s", type=float, default=d.step_overhead_s)
     g = p.add_argument_group("simulator")
     g.add_argument("--no-fast-path", dest="fast_path", action="store_false", help="step one iteration at a time")

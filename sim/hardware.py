@@ -14,7 +14,7 @@ these datasheets are GiB (an A100-80GB reports 81,920 MiB).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .catalog import lookup
 
@@ -31,6 +31,7 @@ class HardwareSpec:
     memory_gib: float
     interconnect_bandwidth: float  # bytes/s each way between GPUs of one tensor-parallel group
     pcie_bandwidth: float  # bytes/s each way between host and GPU (swap)
+    num_sms: int = field(kw_only=True)  # SMs (AMD: compute units): a GEMM's tiles run in waves of these
 
     @property
     def memory_bytes(self) -> int:
@@ -38,11 +39,11 @@ class HardwareSpec:
 
 
 HARDWARE: dict[str, HardwareSpec] = {h.name: h for h in (
-    HardwareSpec("a100-80gb", 312 * TFLOP, 19.5 * TFLOP, 2039 * GB, 80, 300 * GB, 32 * GB),
-    HardwareSpec("h100", 989 * TFLOP, 67 * TFLOP, 3350 * GB, 80, 450 * GB, 64 * GB),
-    HardwareSpec("h200", 989 * TFLOP, 67 * TFLOP, 4800 * GB, 141, 450 * GB, 64 * GB),
-    HardwareSpec("rtx-4090", 165 * TFLOP, 82.6 * TFLOP, 1008 * GB, 24, 32 * GB, 32 * GB),
-    HardwareSpec("l4", 121 * TFLOP, 30.3 * TFLOP, 300 * GB, 24, 32 * GB, 32 * GB),
+    HardwareSpec("a100-80gb", 312 * TFLOP, 19.5 * TFLOP, 2039 * GB, 80, 300 * GB, 32 * GB, num_sms=108),
+    HardwareSpec("h100", 989 * TFLOP, 67 * TFLOP, 3350 * GB, 80, 450 * GB, 64 * GB, num_sms=132),
+    HardwareSpec("h200", 989 * TFLOP, 67 * TFLOP, 4800 * GB, 141, 450 * GB, 64 * GB, num_sms=132),
+    HardwareSpec("rtx-4090", 165 * TFLOP, 82.6 * TFLOP, 1008 * GB, 24, 32 * GB, 32 * GB, num_sms=128),
+    HardwareSpec("l4", 121 * TFLOP, 30.3 * TFLOP, 300 * GB, 24, 32 * GB, 32 * GB, num_sms=58),
 )}
 
 _ALIASES = {"a100": "a100-80gb", "a100-80g": "a100-80gb", "h100-80gb": "h100", "h100-sxm": "h100",

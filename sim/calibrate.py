@@ -1,0 +1,213 @@
+"""Fitting the calibrated model's constants to Vidur's profiles, and how well they predict
+what they never saw (`python -m sim calibrate --profiles profiles/vidur`).
+
+Fitted on every profile under the folder, 1 to `MAX_TOKENS` tokens, every tensor-parallel degree:
+- the elementwise operators' floor and bytes per element (shared by all GPUs): for each operator,
+  least squares of the relative error over all its rows (the model is linear in both);
+- per GPU, the GEMM constants: Nelder-Mead on the squared log error of the four GEMMs' rows, for
+  each candidate tile_m, the best kept.
+
+The error reported is that of the whole layer's non-attention time (the sum of the operators, what a
+step costs), |predicted - measured| / measured per profiled (GPU, model, TP, tokens). Held out:
+leave one GPU out (fitted on the others, that GPU's constants then the mean of the others' applied
+to its datasheet: the path of any GPU without profiles) and leave one architecture out (fitted on
+the other models; Llama-2-70B and Llama-3-70B have the same layers, so they leave together).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .calibrated import (
+    ELEMENTWISE_OPS,
+    GEMM_OPS,
+    Calibration,
+    ElementwiseConstants,
+    GemmConstants,
+    elementwise_widths,
+    gemm_seconds,
+    gemm_shapes,
+    layer_seconds,
+)
+from .hardware import get_hardware
+from .models import get_model
+from .profiled import nnls
+from .vidur import VIDUR_GPUS, LayerProfile, read_layer_profile
+
+MAX_TOKENS = 4096
+TILES_M = (64, 128, 256)
+
+
+@dataclass(slots=True, frozen=True)
+class Dataset:
+    """One profile: a model (catalog name) on a GPU (catalog name)."""
+
+    hardware: str
+    model: str
+    profile: LayerProfile
+
+    @property
+    def architecture(self) -> tuple[int, ...]:
+        m = get_model(self.model)
+        return m.num_heads, m.num_kv_heads, m.hidden_size, m.intermediate_size
+
+    def rows(self):
+        """(tp, tokens, profile's op table) for each TP degree, tokens up to MAX_TOKENS."""
+        for tp, n in self.profile.tokens.items():
+            keep = n <= MAX_TOKENS
+            yield tp, n[keep], {op: v[keep] for op, v in self.profile.ops[tp].items()}
+
+
+def load_datasets(root: str | Path) -> list[Dataset]:
+    """Every `<gpu>/<org>/<model>/mlp.csv` under `root` whose GPU and model the catalogs know."""
+    gpus = {v: k for k, v in VIDUR_GPUS.items()}
+    out = []
+    for path in sorted(Path(root).glob("*/*/*/mlp.csv")):
+        gpu, model_id = path.parts[-4].lower(), "/".join(path.parts[-3:-1]).lower()
+        out.append(Dataset(get_hardware(gpus.get(gpu, gpu)).name, get_model(model_id).name,
+                           read_layer_profile(path, model_id)))
+    if not out:
+        raise FileNotFoundError(f"{str(root)!r}: no <gpu>/<org>/<model>/mlp.csv profiles under it")
+    return out
+
+
+def nelder_mead(f, x0: np.ndarray, steps: float = 0.3, iterations: int = 600) -> np.ndarray:
+    """Minimise f from x0 (the simplex method: no derivatives, so a model with ceilings fits)."""
+    n = len(x0)
+    simplex = [x0] + [x0 + steps * np.eye(n)[i] for i in range(n)]
+    values = [f(x) for x in simplex]
+    for _ in range(iterations):
+        order = np.argsort(values)
+        simplex, values = [simplex[i] for i in order], [values[i] for i in order]
+        centre = np.mean(simplex[:-1], axis=0)
+        reflected = centre + (centre - simplex[-1])
+        fr = f(reflected)
+        if fr < values[0]:
+            expanded = centre + 2 * (centre - simplex[-1])
+            fe = f(expanded)
+            simplex[-1], values[-1] = (expanded, fe) if fe < fr else (reflected, fr)
+        elif fr < values[-2]:
+            simplex[-1], values[-1] = reflected, fr
+        else:
+            contracted = centre + 0.5 * (simplex[-1] - centre)
+            fc = f(contracted)
+            if fc < values[-1]:
+                simplex[-1], values[-1] = contracted, fc
+            else:  # shrink towards the best
+                simplex = [simplex[0]] + [simplex[0] + 0.5 * (x - simplex[0]) for x in simplex[1:]]
+                values = [values[0]] + [f(x) for x in simplex[1:]]
+    return simplex[int(np.argmin(values))]
+
+
+def _gemm_constants(x: np.ndarray, tile_m: int) -> GemmConstants:
+    """From the search's unconstrained coordinates: efficiencies in (0, 1), latency > 0, p > 1."""
+    ec, eb, lat, p = x
+    return GemmConstants(float(1 / (1 + np.exp(-ec))), float(1 / (1 + np.exp(-eb))), float(np.exp(lat) * 1e-6),
+                         float(1 + np.exp(p)), tile_m)
+
+
+def fit_gemm(datasets: list[Dataset]) -> GemmConstants:
+    """One GPU's GEMM constants from its profiles (see the module doc)."""
+    hw = get_hardware(datasets[0].hardware)
+    cases = []  # (tokens, n, k, measured) per GEMM per TP degree per profile
+    for d in datasets:
+        for tp, n, ops in d.rows():
+            for op, (nn, kk) in gemm_shapes(get_model(d.model), tp).items():
+                cases.append((n, np.full_like(n, nn), np.full_like(n, kk), ops[op]))
+    n, nn, kk, t = (np.concatenate(c) for c in zip(*cases, strict=True))
+
+    def loss(x, tile_m):
+        return float(np.sum(np.log(gemm_seconds(n, nn, kk, hw, _gemm_constants(x, tile_m)) / t) ** 2))
+
+    best = None
+    for tile_m in TILES_M:
+        x = nelder_mead(lambda x, tm=tile_m: loss(x, tm), np.array([0.5, 1.0, 1.0, 0.0]))
+        if best is None or loss(x, tile_m) < best[0]:
+            best = (loss(x, tile_m), _gemm_constants(x, tile_m))
+    return best[1]
+
+
+def fit_elementwise(datasets: list[Dataset]) -> dict[str, ElementwiseConstants]:
+    """Each memory-bound operator's floor and bytes per element, from all profiles at once."""
+    out = {}
+    for op in ELEMENTWISE_OPS:
+        xs, ts = [], []
+        for d in datasets:
+            bw = get_hardware(d.hardware).memory_bandwidth
+            for tp, n, ops in d.rows():
+                xs.append(n * elementwise_widths(get_model(d.model), tp)[op] / bw)
+                ts.append(ops[op])
+        x, t = np.concatenate(xs), np.concatenate(ts)
+        scale = x.max()
+        A = np.column_stack([np.ones_like(x), x / scale]) / t[:, None]  # relative error: rows over the time
+        floor, per = nnls(A, np.ones_like(t))
+        out[op] = ElementwiseConstants(float(floor), float(per / scale))
+    return out
+
+
+def fit(datasets: list[Dataset]) -> Calibration:
+    by_gpu: dict[str, list[Dataset]] = {}
+    for d in datasets:
+        by_gpu.setdefault(d.hardware, []).append(d)
+    return Calibration({g: fit_gemm(ds) for g, ds in by_gpu.items()}, fit_elementwise(datasets),
+                       sorted(f"{d.model}@{d.hardware}" for d in datasets))
+
+
+def layer_errors(cal: Calibration, datasets: list[Dataset]) -> np.ndarray:
+    """Signed relative error of the predicted layer non-attention time, every profiled point."""
+    out = []
+    for d in datasets:
+        for tp, n, ops in d.rows():
+            measured = sum(ops[op] for op in (*GEMM_OPS, *ELEMENTWISE_OPS))
+            out.append(layer_seconds(d.model, d.hardware, tp, n, cal) / measured - 1)
+    return np.concatenate(out)
+
+
+@dataclass(slots=True, frozen=True)
+class ErrorStats:
+    median: float
+    p90: float
+    worst: float
+    count: int
+
+    @classmethod
+    def of(cls, errors: np.ndarray) -> ErrorStats:
+        a = np.abs(errors)
+        return cls(float(np.median(a)), float(np.percentile(a, 90)), float(a.max()), len(a))
+
+    def __str__(self) -> str:
+        return f"median {self.median:6.1%}  p90 {self.p90:6.1%}  worst {self.worst:6.1%}  ({self.count} points)"
+
+
+@dataclass(slots=True)
+class Report:
+    calibration: Calibration  # fitted on everything
+    in_sample: ErrorStats
+    leave_one_gpu_out: dict[str, ErrorStats]  # held-out GPU -> error on its profiles
+    leave_one_architecture_out: dict[str, ErrorStats]  # held-out models ("a+b") -> error on their profiles
+    heldout_errors: np.ndarray  # every held-out point of both, signed
+
+    @property
+    def heldout(self) -> ErrorStats:
+        return ErrorStats.of(self.heldout_errors)
+
+
+def calibrate(root: str | Path) -> Report:
+    datasets = load_datasets(root)
+    cal = fit(datasets)
+    gpu_out, arch_out, held = {}, {}, []
+    for gpu in sorted({d.hardware for d in datasets}):
+        train = [d for d in datasets if d.hardware != gpu]
+        if train:
+            e = layer_errors(fit(train), [d for d in datasets if d.hardware == gpu])
+            gpu_out[gpu], held = ErrorStats.of(e), [*held, e]
+    for arch in sorted({d.architecture for d in datasets}):
+        test = [d for d in datasets if d.architecture == arch]
+        train = [d for d in datasets if d.architecture != arch]
+        if train:
+            e = layer_errors(fit(train), test)
+            arch_out["+".join(sorted({d.model for d in test}))], held = ErrorStats.of(e), [*held, e]
+    return Report(cal, ErrorStats.of(layer_errors(cal, datasets)), gpu_out, arch_out,
+                  np.concatenate(held) if held else np.zeros(0))
