@@ -155,13 +155,28 @@ def fit(datasets: list[Dataset]) -> Calibration:
                        sorted(f"{d.model}@{d.hardware}" for d in datasets))
 
 
-def layer_errors(cal: Calibration, datasets: list[Dataset]) -> np.ndarray:
-    """Signed relative error of the predicted layer non-attention time, every profiled point."""
-    out = []
+def layer_predictions(cal: Calibration, datasets: list[Dataset]) -> tuple[np.ndarray, np.ndarray]:
+    """(measured, predicted) layer non-attention seconds, every profiled point."""
+    measured, predicted = [], []
     for d in datasets:
         for tp, n, ops in d.rows():
-            measured = sum(ops[op] for op in (*GEMM_OPS, *ELEMENTWISE_OPS))
-            out.append(layer_seconds(d.model, d.hardware, tp, n, cal) / measured - 1)
+            measured.append(sum(ops[op] for op in (*GEMM_OPS, *ELEMENTWISE_OPS)))
+            predicted.append(layer_seconds(d.model, d.hardware, tp, n, cal))
+    return np.concatenate(measured), np.concatenate(predicted)
+
+
+def interpolation_errors(datasets: list[Dataset]) -> np.ndarray:
+    """Signed relative error of a measured profile between its profiled sizes: every other profiled
+    token count held out, predicted from its neighbours by `LayerProfile.at`."""
+    out = []
+    for d in datasets:
+        for tp, n, _ops in d.rows():
+            p = d.profile
+            keep = np.ones(len(p.tokens[tp]), dtype=bool)
+            keep[1:-1:2] = False  # the ends stay: they bound the interpolation
+            thinned = LayerProfile(p.path, {tp: p.tokens[tp][keep]}, {tp: p.seconds[tp][keep]}, {})
+            held = ~keep & (p.tokens[tp] <= n[-1])
+            out.append(thinned.at(tp, p.tokens[tp][held]) / p.seconds[tp][held] - 1)
     return np.concatenate(out)
 
 
@@ -187,27 +202,28 @@ class Report:
     in_sample: ErrorStats
     leave_one_gpu_out: dict[str, ErrorStats]  # held-out GPU -> error on its profiles
     leave_one_architecture_out: dict[str, ErrorStats]  # held-out models ("a+b") -> error on their profiles
-    heldout_errors: np.ndarray  # every held-out point of both, signed
+    heldout: ErrorStats  # every held-out point of both
+    heldout_points: tuple[np.ndarray, np.ndarray]  # (measured, predicted) seconds of those points
+    interpolation: ErrorStats  # a measured profile between its profiled sizes (`interpolation_errors`)
 
-    @property
-    def heldout(self) -> ErrorStats:
-        return ErrorStats.of(self.heldout_errors)
+
+def _stats(measured: np.ndarray, predicted: np.ndarray) -> ErrorStats:
+    return ErrorStats.of(predicted / measured - 1)
 
 
 def calibrate(root: str | Path) -> Report:
     datasets = load_datasets(root)
     cal = fit(datasets)
     gpu_out, arch_out, held = {}, {}, []
-    for gpu in sorted({d.hardware for d in datasets}):
-        train = [d for d in datasets if d.hardware != gpu]
+    splits = [(gpu_out, gpu, lambda d, g=gpu: d.hardware == g) for gpu in sorted({d.hardware for d in datasets})]
+    splits += [(arch_out, "+".join(sorted({d.model for d in datasets if d.architecture == a})),
+                lambda d, a=a: d.architecture == a) for a in sorted({d.architecture for d in datasets})]
+    for table, name, out in splits:
+        train = [d for d in datasets if not out(d)]
         if train:
-            e = layer_errors(fit(train), [d for d in datasets if d.hardware == gpu])
-            gpu_out[gpu], held = ErrorStats.of(e), [*held, e]
-    for arch in sorted({d.architecture for d in datasets}):
-        test = [d for d in datasets if d.architecture == arch]
-        train = [d for d in datasets if d.architecture != arch]
-        if train:
-            e = layer_errors(fit(train), test)
-            arch_out["+".join(sorted({d.model for d in test}))], held = ErrorStats.of(e), [*held, e]
-    return Report(cal, ErrorStats.of(layer_errors(cal, datasets)), gpu_out, arch_out,
-                  np.concatenate(held) if held else np.zeros(0))
+            points = layer_predictions(fit(train), [d for d in datasets if out(d)])
+            table[name] = _stats(*points)
+            held.append(points)
+    measured, predicted = (np.concatenate(a) for a in zip(*held, strict=True)) if held else (np.ones(1), np.ones(1))
+    return Report(cal, _stats(*layer_predictions(cal, datasets)), gpu_out, arch_out, _stats(measured, predicted),
+                  (measured, predicted), ErrorStats.of(interpolation_errors(datasets)))

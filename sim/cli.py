@@ -1,4 +1,4 @@
-"""Command line: `python -m sim run|demo|bench|fit|list`.
+"""Command line: `python -m sim run|demo|bench|fit|calibrate|breakdown|list`.
 
     python -m sim run --trace traces/azure_llm_2023_conv.csv --model llama-2-7b --hardware a100-80gb --json out.json
     python -m sim run --config experiment.yaml --replicas 4      # the command line overrides the file
@@ -15,6 +15,7 @@ import math
 import sys
 from pathlib import Path
 
+from . import breakdown, calibrate_cmd
 from .config import ROUTERS, SimConfig
 
 REPO = Path(__file__).resolve().parent.parent
@@ -137,6 +138,8 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     demo.add_argument("--num-requests", type=int, default=None)
     fit = sub.add_parser("fit", help="fit a cost model to a step profile and report its error")
     fit.add_argument("profile")
+    calibrate_cmd.add_parser(sub)
+    breakdown.add_parser(sub)
     sub.add_parser("list", help="known models, hardware, routers, policies, trace formats")
     sub.add_parser("bench", help="simulated requests per wall second and peak memory (see sim.bench)",
                    add_help=False)
@@ -329,7 +332,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if getattr(args, "config", None):
             args = _load_yaml(args.config, parser, run, argv)
-        return {"run": cmd_run, "demo": cmd_demo, "fit": cmd_fit, "list": cmd_list}[args.command](args)
+        return {"run": cmd_run, "demo": cmd_demo, "fit": cmd_fit, "list": cmd_list, "calibrate": calibrate_cmd.run,
+                "breakdown": breakdown.run}[args.command](args)
     except (ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
