@@ -4,8 +4,7 @@ what they never saw (`python -m sim calibrate --profiles profiles/vidur`).
 Fitted on every profile under the folder, 1 to `MAX_TOKENS` tokens, every tensor-parallel degree:
 - the elementwise operators' floor and bytes per element (shared by all GPUs): for each operator,
   least squares of the relative error over all its rows (the model is linear in both);
-- per GPU, the GEMM constants: Nelder-Mead on the squared log error of the four GEMMs' rows, for
-  each candidate tile_m, the best kept.
+- per GPU, the GEMM constants: Nelder-Mead on the squared log error of the four GEMMs' rows.
 
 The error reported is that of the whole layer's non-attention time (the sum of the operators, what a
 step costs), |predicted - measured| / measured per profiled (GPU, model, TP, tokens). Held out:
@@ -37,7 +36,6 @@ from .profiled import nnls
 from .vidur import VIDUR_GPUS, LayerProfile, read_layer_profile
 
 MAX_TOKENS = 4096
-TILES_M = (64, 128, 256)
 
 
 @dataclass(slots=True, frozen=True)
@@ -101,11 +99,11 @@ def nelder_mead(f, x0: np.ndarray, steps: float = 0.3, iterations: int = 600) ->
     return simplex[int(np.argmin(values))]
 
 
-def _gemm_constants(x: np.ndarray, tile_m: int) -> GemmConstants:
+def _gemm_constants(x: np.ndarray) -> GemmConstants:
     """From the search's unconstrained coordinates: efficiencies in (0, 1), latency > 0, p > 1."""
     ec, eb, lat, p = x
     return GemmConstants(float(1 / (1 + np.exp(-ec))), float(1 / (1 + np.exp(-eb))), float(np.exp(lat) * 1e-6),
-                         float(1 + np.exp(p)), tile_m)
+                         float(1 + np.exp(p)))
 
 
 def fit_gemm(datasets: list[Dataset]) -> GemmConstants:
@@ -118,15 +116,10 @@ def fit_gemm(datasets: list[Dataset]) -> GemmConstants:
                 cases.append((n, np.full_like(n, nn), np.full_like(n, kk), ops[op]))
     n, nn, kk, t = (np.concatenate(c) for c in zip(*cases, strict=True))
 
-    def loss(x, tile_m):
-        return float(np.sum(np.log(gemm_seconds(n, nn, kk, hw, _gemm_constants(x, tile_m)) / t) ** 2))
+    def loss(x):
+        return float(np.sum(np.log(gemm_seconds(n, nn, kk, hw, _gemm_constants(x)) / t) ** 2))
 
-    best = None
-    for tile_m in TILES_M:
-        x = nelder_mead(lambda x, tm=tile_m: loss(x, tm), np.array([0.5, 1.0, 1.0, 0.0]))
-        if best is None or loss(x, tile_m) < best[0]:
-            best = (loss(x, tile_m), _gemm_constants(x, tile_m))
-    return best[1]
+    return _gemm_constants(nelder_mead(loss, np.array([0.5, 1.0, 1.0, 0.0])))
 
 
 def fit_elementwise(datasets: list[Dataset]) -> dict[str, ElementwiseConstants]:

@@ -29,7 +29,7 @@ def format_report(r: Report) -> str:
              "measured", f"fitted on: {', '.join(r.calibration.fitted_on)}", "", "GEMM constants per GPU:"]
     for gpu, g in r.calibration.gemm.items():
         lines.append(f"  {gpu:<10} compute {g.compute_efficiency:.0%} of peak, bandwidth {g.bandwidth_efficiency:.0%}, "
-                     f"latency {g.latency_s * 1e6:.1f} us, p {g.sharpness:.2f}, tile_m {g.tile_m}")
+                     f"latency {g.latency_s * 1e6:.1f} us, p {g.sharpness:.2f}")
     lines.append("elementwise operators (all GPUs):")
     for op, e in r.calibration.elementwise.items():
         lines.append(f"  {op:<25} floor {e.floor_s * 1e6:.1f} us, {e.bytes_per_element:.2f} bytes per element")

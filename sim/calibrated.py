@@ -6,18 +6,19 @@ modelled here (`python -m sim calibrate` fits the constants and reports the erro
 - A GEMM is never faster than a kernel's latency plus its weights streamed from memory, and near
   the ridge compute and memory do not overlap perfectly: time = latency + (memory^p +
   compute^p)^(1/p), a smooth maximum (p = infinity is the roofline's max; the fitted p is ~2).
-- Compute comes in tiles and waves. cuBLAS covers the M (token) side with tiles of `tile_m` rows
-  (smaller tiles, powers of two, for fewer rows) and the N side with 128 columns; the tiles run in
-  waves of one per SM. 129 tokens cost what 256 do, and a small TP shard leaves SMs idle.
+- Compute comes in tiles and waves. cuBLAS covers the M (token) side with tiles of 64, 128 or 256
+  rows, whichever is fastest (smaller tiles, powers of two, for fewer rows), the N side with 128 columns;
+  the tiles run in waves of one per SM, and when they are fewer than the SMs, K is split to fill
+  them. 129 tokens cost about what 192 or 256 do, and a small TP shard leaves SMs idle.
 - Norms, rotary embedding, activation and residual adds are memory-bound: a kernel floor plus bytes
   per element moved. The norms and the adds act on the full hidden state on every GPU of a
   tensor-parallel group (not split), rotary and the activation on the GPU's shard of heads and MLP.
 - The LM head is a GEMM over the sampled positions only (the caller passes those rows).
 
 Per GPU (fitted from its profiles, or for a GPU without any the mean of the fitted ones applied to
-its own datasheet): the GEMM's fraction of peak FLOP/s and of peak bandwidth, latency, p and
-tile_m. Shared by all GPUs (dimensionless, or launch latencies): each elementwise operator's floor
-and bytes per element, relative to the datasheet bandwidth.
+its own datasheet): the GEMM's fraction of peak FLOP/s and of peak bandwidth, latency and p. Shared
+by all GPUs (launch latencies, and bytes relative to the datasheet bandwidth): each elementwise
+operator's floor and bytes per element.
 """
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ CALIBRATION_FILE = Path(__file__).with_name("calibration.json")
 GEMM_OPS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")
 ELEMENTWISE_OPS = ("attn_rope", "input_layernorm", "post_attention_layernorm", "mlp_act", "add")
 TILE_N = 128
+TILES_M = (64, 128, 256)  # cuBLAS tile heights for many rows, the faster taken (fewer rows: a smaller power of two)
 SPLIT_K_DEPTH = 256  # the least of K a split-K slice keeps
 
 
@@ -43,7 +45,6 @@ class GemmConstants:
     bandwidth_efficiency: float  # of the datasheet's memory bandwidth, streaming the weights
     latency_s: float  # per GEMM kernel
     sharpness: float  # p of the smooth maximum of compute and memory time
-    tile_m: int  # rows (tokens) of cuBLAS's large tiles
 
 
 @dataclass(slots=True, frozen=True)
@@ -66,9 +67,8 @@ class Calibration:
         if hw.name in self.gemm:
             return self.gemm[hw.name]
         vals = list(self.gemm.values())
-        mean = {f.name: float(np.mean([getattr(v, f.name) for v in vals])) for f in fields(GemmConstants)}
-        mean["tile_m"] = int(2 ** round(np.log2(mean["tile_m"])))
-        return GemmConstants(**mean)
+        return GemmConstants(**{f.name: float(np.mean([getattr(v, f.name) for v in vals]))
+                                for f in fields(GemmConstants)})
 
     def to_json(self) -> str:
         return json.dumps({"fitted_on": self.fitted_on, "gemm": {k: asdict(v) for k, v in self.gemm.items()},
@@ -96,14 +96,19 @@ def gemm_seconds(rows, n: int, k: int, hw: HardwareSpec, c: GemmConstants) -> np
     m = np.asarray(rows, dtype=np.float64)
     memory = 2.0 * (n * k + m * (n + k)) / (hw.memory_bandwidth * c.bandwidth_efficiency)
     small = 2.0 ** np.ceil(np.log2(np.maximum(m, 16)))  # a power-of-two tile for fewer rows than tile_m
-    tile = np.minimum(small, c.tile_m)
+    compute = np.min([_tiled_compute(m, n, k, np.minimum(small, t), hw) for t in TILES_M], axis=0)
+    compute = compute / (hw.peak_flops * c.compute_efficiency)
+    p = c.sharpness
+    return c.latency_s + (memory**p + compute**p) ** (1 / p)
+
+
+def _tiled_compute(m, n, k, tile, hw: HardwareSpec) -> np.ndarray:
+    """FLOPs the SMs spend, idle ones included, with tiles of `tile` rows: whole waves of tiles."""
     tiles = np.ceil(m / tile) * np.ceil(n / TILE_N)
     # split-K: the K dimension cut into slices fills the SMs a few tiles would leave idle
     splits = np.clip(hw.num_sms // tiles, 1, np.maximum(1, k // SPLIT_K_DEPTH))
     waves = np.ceil(tiles * splits / hw.num_sms)
-    compute = waves * hw.num_sms * tile * TILE_N * 2.0 * k / splits / (hw.peak_flops * c.compute_efficiency)
-    p = c.sharpness
-    return c.latency_s + (memory**p + compute**p) ** (1 / p)
+    return waves * hw.num_sms * tile * TILE_N * 2.0 * k / splits
 
 
 def gemm_shapes(model: ModelSpec, tp: int) -> dict[str, tuple[int, int]]:

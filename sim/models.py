@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .catalog import lookup
+from .hf_config import is_config_path, read_hf_config
 
 
 @dataclass(slots=True, frozen=True)
@@ -71,6 +72,9 @@ _ALIASES = {a: m.name for m in MODELS.values() for a in m.aliases}
 
 
 def get_model(name: str | ModelSpec) -> ModelSpec:
+    """A catalog model by name or Hugging Face id, or a Hugging Face config.json (or its folder)."""
+    if isinstance(name, str) and name.lower() not in MODELS and is_config_path(name):
+        return read_hf_config(name)
     return lookup("model", name, MODELS, _ALIASES)
 
 

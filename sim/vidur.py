@@ -38,16 +38,15 @@ class LayerProfile:
     ops: dict[int, dict[str, np.ndarray]]
 
     def at(self, tp: int, num_tokens) -> np.ndarray:
-        """Interpolated between profiled token counts, linearly; past the largest, along the line through
-        the last two (the time per token is constant there); below the smallest, the smallest's time."""
+        """Interpolated between profiled token counts, linearly; past the largest, in proportion to the
+        tokens (the time per token is constant there, and the last two rows are too close to take a
+        slope from their noise); below the smallest, the smallest's time."""
         if tp not in self.tokens:
             raise ValueError(f"{self.path}: no rows with num_tensor_parallel_workers={tp}: profiled are "
                              f"{sorted(self.tokens)}")
         x, y = self.tokens[tp], self.seconds[tp]
         n = np.asarray(num_tokens, dtype=np.float64)
-        inside = np.interp(n, x, y)
-        slope = (y[-1] - y[-2]) / (x[-1] - x[-2]) if len(x) > 1 else 0.0
-        return np.where(n > x[-1], y[-1] + slope * (n - x[-1]), inside)
+        return np.where(n > x[-1], y[-1] * n / x[-1], np.interp(n, x, y))
 
 
 def find_profile(root: str | Path, model: str | ModelSpec, hardware: str | HardwareSpec) -> Path:
