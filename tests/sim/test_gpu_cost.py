@@ -127,3 +127,17 @@ def test_bad_profiles(tmp_path):
         step_breakdown("llama-2-7b", "tpu-v5", num_decode_tokens=1)
     with pytest.raises(ValueError, match=r"unknown model 'gpt-5'.*llama-2-7b"):
         step_breakdown("gpt-5", "h100", num_decode_tokens=1)
+
+
+def test_cli_breakdown_and_run_on_measured_profiles(tmp_path, azure_conv, capsys):
+    from sim.cli import main
+
+    assert main(["breakdown", "--model", "llama-2-70b", "--hardware", "h100", "--tp", "4", "--plot",
+                 str(tmp_path / "b.png")]) == 0
+    out = capsys.readouterr().out
+    assert "non_attention" in out and "prefill 2048" in out and (tmp_path / "b.png").stat().st_size > 0
+    assert main(["run", "--trace", str(azure_conv), "--num-requests", "100", "--cost-model", VIDUR,
+                 "--json", str(tmp_path / "s.json")]) == 0
+    assert f'"cost_model": "{VIDUR}"' in (tmp_path / "s.json").read_text()
+    assert main(["run", "--trace", str(azure_conv), "--num-requests", "5", "--cost-model", "vidur:/nowhere"]) == 2
+    assert "'/nowhere': no such folder" in capsys.readouterr().err
