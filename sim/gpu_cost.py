@@ -3,8 +3,9 @@
 - "calibrated" (the default): the analytic model of `sim.calibrated`, constants fitted to Vidur's
   measured profiles (`sim/calibration.json`), or for a GPU never measured, derived from its datasheet.
 - "vidur:DIR": the measured non-attention times of DIR's `mlp.csv` for the model and GPU,
-  interpolated between profiled token counts (`sim.vidur`); the rest (attention, LM head,
-  communication) from the calibrated model, as no attention profile is read.
+  interpolated between profiled token counts (`sim.vidur`), and attention measured by an
+  `attention.csv` beside it where there is one; the rest (attention without one, LM head,
+  communication) from the calibrated model.
 
 `step_breakdown` splits one step's time into those parts; their sum is what the simulator charges.
 """
@@ -15,8 +16,8 @@ from .clock import TICKS_PER_S
 from .cost_model import RooflineParams
 from .hardware import HardwareSpec, get_hardware
 from .models import ModelSpec, get_model
-from .step_cost import BREAKDOWN_KEYS, LayeredCostModel, layered_parts
-from .vidur import find_profile, read_layer_profile
+from .step_cost import BREAKDOWN_KEYS, LayeredCostModel, attention_pieces, layered_parts, measured_attention_pieces
+from .vidur import find_profile, read_attention_profile, read_layer_profile
 
 VIDUR_PREFIX = "vidur:"
 DEFAULT_OVERHEAD_S = RooflineParams().step_overhead_s
@@ -30,6 +31,7 @@ def gpu_cost_model(spec: str, model: str | ModelSpec, hardware: str | HardwareSp
     m, hw = get_model(model), get_hardware(hardware)
     cal = calibration or default_calibration()
     g = cal.gemm_for(hw)
+    attention = attention_pieces(m, hw, tp, kv_cache_dtype, g.compute_efficiency, g.bandwidth_efficiency, g.latency_s)
     if spec == "calibrated":
         layer = lambda n: layer_seconds(m, hw, tp, n, cal)  # noqa: E731
         source = f"calibrated ({'fitted' if hw.name in cal.gemm else 'datasheet'} constants for {hw.name})"
@@ -38,11 +40,15 @@ def gpu_cost_model(spec: str, model: str | ModelSpec, hardware: str | HardwareSp
         profile.at(tp, 1)  # the TP degree must be profiled: fail now, not at the first step
         layer = lambda n: profile.at(tp, n)  # noqa: E731
         source = f"measured {profile.path}"
+        attention_file = profile.path.with_name("attention.csv")
+        if attention_file.is_file():
+            attention = measured_attention_pieces(m, hw, tp, kv_cache_dtype,
+                                                  read_attention_profile(attention_file, m, tp))
+            source += f", attention measured {attention_file}"
     else:
         raise ValueError(f"cost model {spec!r}: expected 'calibrated' or '{VIDUR_PREFIX}DIR'")
     parts = layered_parts(m, hw, tp, kv_cache_dtype, block_size, step_overhead_s, ALLREDUCE_LATENCY_S, layer,
-                          lambda n: lm_head_seconds(m, hw, tp, n, cal),
-                          (g.compute_efficiency, g.bandwidth_efficiency, g.latency_s))
+                          lambda n: lm_head_seconds(m, hw, tp, n, cal), attention)
     return LayeredCostModel(parts, name=f"{spec}:{m.name}@{hw.name}x{tp}:{kv_cache_dtype}",
                             description=f"{m.name} on {tp} x {hw.name}, KV {kv_cache_dtype}: non-attention {source}")
 

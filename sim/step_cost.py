@@ -12,7 +12,8 @@ attention lines (`CostModel.pieces`) plus a constant. What it costs: each distin
 and sequence count is computed once, vectorised, into integer tables grown by doubling; a step
 is then two table reads more than the roofline's.
 
-Attention is not in Vidur's mlp.csv, and this folder has no attention.csv: it is the roofline's
+Attention is not in Vidur's mlp.csv. From an attention.csv beside it, it is the measured line
+(`sim.vidur.read_attention_profile`); without one (as in `profiles/vidur`), the roofline's
 attention (FLOPs of every pair at the GEMMs' fitted compute efficiency, the KV read at their
 fitted bandwidth efficiency, KV dequantization) plus a kernel latency per layer.
 """
@@ -146,11 +147,20 @@ def swap_seconds_per_block(model: ModelSpec, hw: HardwareSpec, tp: int, kv_cache
 def layered_parts(model: str | ModelSpec, hardware: str | HardwareSpec, tp: int, kv_cache_dtype: str, block_size: int,
                   step_overhead_s: float, allreduce_latency_s: float,
                   non_attention_layer_s: Callable[[np.ndarray], np.ndarray],
-                  lm_head_s: Callable[[np.ndarray], np.ndarray], attention_constants: tuple[float, float, float]
+                  lm_head_s: Callable[[np.ndarray], np.ndarray], attention_pieces_s: list[tuple[float, ...]]
                   ) -> StepParts:
     """The parts of a step for `model` on `tp` x `hardware`, given one layer's non-attention seconds."""
     m, hw = get_model(model), get_hardware(hardware)
     per_token, fixed = tensor_parallel_communication(m, hw, tp, allreduce_latency_s)
-    return StepParts(lambda n: m.num_layers * non_attention_layer_s(n), lm_head_s,
-                     attention_pieces(m, hw, tp, kv_cache_dtype, *attention_constants), per_token, fixed,
-                     step_overhead_s, swap_seconds_per_block(m, hw, tp, kv_cache_dtype, block_size))
+    return StepParts(lambda n: m.num_layers * non_attention_layer_s(n), lm_head_s, attention_pieces_s, per_token,
+                     fixed, step_overhead_s, swap_seconds_per_block(m, hw, tp, kv_cache_dtype, block_size))
+
+
+def measured_attention_pieces(model: ModelSpec, hw: HardwareSpec, tp: int, kv_cache_dtype: str,
+                              layer_coefficients_s: tuple[float, ...]) -> list[tuple[float, ...]]:
+    """One piece from one layer's measured attention line (`sim.vidur.read_attention_profile`), all
+    layers; a quantized KV cache adds its dequantization per context token (the profile is fp16)."""
+    c0, c1, c2, c3, c4 = (model.num_layers * c for c in layer_coefficients_s)
+    dt = get_kv_dtype(kv_cache_dtype)
+    dequant = model.kv_elements_per_token * dt.dequant_ops / (tp * hw.vector_flops)
+    return [(c0, c1, c2, c3, c4 + dequant, 0.0)]

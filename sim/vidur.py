@@ -102,3 +102,51 @@ def read_layer_profile(path: str | Path, model: str | ModelSpec | None = None) -
         seconds[int(tp)] = per_op.sum(axis=1)
         ops[int(tp)] = dict(zip(LAYER_OPS, per_op.T, strict=True))
     return LayerProfile(path, tokens, seconds, ops)
+
+
+ATTENTION_COLUMNS = ("n_embd", "n_q_head", "n_kv_head", "num_tensor_parallel_workers", "batch_size",
+                     "prefill_chunk_size", "kv_cache_size", "is_prefill", "time_stats.attn_prefill.median",
+                     "time_stats.attn_decode.median")
+
+
+def read_attention_profile(path: str | Path, model: str | ModelSpec, tp: int) -> tuple[float, ...]:
+    """One layer's attention on one GPU of `tp`, from Vidur's attention.csv, as seconds per unit of the
+    cost model's features (intercept, prefill tokens, prefill attention pairs, decode tokens, decode
+    context sum). A line, not an interpolation: within a fast-path window attention must be a line in
+    the context sum for the closed form to stay exact (`sim.window`). A decode row of `batch_size`
+    sequences with `kv_cache_size` tokens each has that many decode tokens and their product as context;
+    a prefill row, one chunk of `prefill_chunk_size` tokens after `kv_cache_size`: chunk * kv +
+    chunk * (chunk + 1) / 2 pairs. Fitted by non-negative least squares of the relative error, and
+    with `attn_kv_cache_save` (writing the new tokens' KV) added where the file has it."""
+    from .profiled import nnls
+
+    path, m = Path(path), get_model(model)
+    try:
+        with path.open(newline="", encoding="utf-8") as f:
+            rows = list(csv.DictReader(f))
+    except OSError as e:
+        raise FileNotFoundError(f"vidur profile {str(path)!r}: cannot read it: {e.strerror}") from None
+    missing = [c for c in ATTENTION_COLUMNS if not rows or c not in rows[0]]
+    if missing:
+        raise ValueError(f"vidur profile {str(path)!r}: missing column(s) {missing}: expected Vidur's attention.csv "
+                         f"({', '.join(ATTENTION_COLUMNS)})")
+    shape = (m.hidden_size, m.num_heads, m.num_kv_heads, tp)
+    X, t = [], []
+    try:
+        for r in rows:
+            if tuple(int(float(r[c])) for c in ATTENTION_COLUMNS[:4]) != shape:
+                continue
+            b, chunk, kv = (int(float(r[c])) for c in ("batch_size", "prefill_chunk_size", "kv_cache_size"))
+            prefill = r["is_prefill"].strip().lower() == "true"
+            seconds = float(r[f"time_stats.attn_{'prefill' if prefill else 'decode'}.median"])
+            seconds += float(r.get("time_stats.attn_kv_cache_save.median") or 0.0)
+            X.append([1, chunk, chunk * kv + chunk * (chunk + 1) // 2, 0, 0] if prefill else [1, 0, 0, b, b * kv])
+            t.append(seconds / 1000)
+    except ValueError as e:
+        raise ValueError(f"vidur profile {str(path)!r}: {e}: expected numbers in {list(ATTENTION_COLUMNS)}") from None
+    if len(t) < 5:
+        raise ValueError(f"vidur profile {str(path)!r}: {len(t)} rows of shape (n_embd, n_q_head, n_kv_head, "
+                         f"num_tensor_parallel_workers) {shape}: expected at least 5 to fit attention")
+    A, t = np.array(X, dtype=np.float64), np.array(t)
+    scale = np.maximum(A.max(axis=0), 1e-30)
+    return tuple(float(c) for c in nnls(A / scale / t[:, None], np.ones(len(t))) / scale)

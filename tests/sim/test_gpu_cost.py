@@ -1,5 +1,6 @@
 """The calibrated and measured (Vidur) GPU cost models, step_breakdown, and their bad inputs."""
 import random
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -141,3 +142,52 @@ def test_cli_breakdown_and_run_on_measured_profiles(tmp_path, azure_conv, capsys
     assert f'"cost_model": "{VIDUR}"' in (tmp_path / "s.json").read_text()
     assert main(["run", "--trace", str(azure_conv), "--num-requests", "5", "--cost-model", "vidur:/nowhere"]) == 2
     assert "'/nowhere': no such folder" in capsys.readouterr().err
+
+
+def write_attention_csv(path, coef_ms, tp=1, shape=(4096, 32, 32), noise=0.01):
+    """Vidur's attention.csv layout, rows timed (ms, one layer) by the line `coef_ms` over
+    (1, prefill tokens, pairs, decode tokens, context sum), plus a kv_cache_save column."""
+    rng = np.random.default_rng(0)
+    head = ("n_embd,n_q_head,n_kv_head,block_size,num_tensor_parallel_workers,max_model_len,batch_size,"
+            "prefill_chunk_size,kv_cache_size,is_prefill,attention_backend,time_stats.attn_prefill.median,"
+            "time_stats.attn_decode.median,time_stats.attn_kv_cache_save.median")
+    lines = [head]
+    for _ in range(300):
+        prefill, kv = rng.random() < 0.5, int(rng.integers(0, 4096))
+        b, chunk = (1, int(rng.integers(16, 2048))) if prefill else (int(rng.integers(1, 256)), 0)
+        x = [1, chunk, chunk * kv + chunk * (chunk + 1) // 2, 0, 0] if prefill else [1, 0, 0, b, b * kv]
+        ms = float(np.dot(coef_ms, x)) * (1 + noise * rng.standard_normal())
+        save = 0.001
+        times = f"{ms - save},," if prefill else f",{ms - save},"
+        lines.append(f"{shape[0]},{shape[1]},{shape[2]},16,{tp},4096,{b},{chunk},{kv},{prefill},FLASH,{times}{save}")
+    path.write_text("\n".join(lines) + "\n")
+
+
+def test_measured_attention_beside_mlp_csv(tmp_path):
+    coef_ms = np.array([0.01, 1e-5, 2e-8, 3e-4, 4e-6])
+    shutil.copy(A100_7B, tmp_path / "mlp.csv")
+    write_attention_csv(tmp_path / "attention.csv", coef_ms)
+    cm = gpu_cost_model(f"vidur:{tmp_path}", "llama-2-7b", "a100-80gb")
+    assert "attention measured" in cm.description
+    for kw, x in [(dict(num_decode_tokens=64, decode_context_sum=64 * 1000), [1, 0, 0, 64, 64000]),
+                  (dict(num_prefill_tokens=1024), [1, 1024, 1024 * 1025 // 2, 0, 0])]:
+        got = step_breakdown("llama-2-7b", "a100-80gb", cost_model=cm, **kw)["attention"]
+        assert got == pytest.approx(32 * coef_ms @ x / 1000, rel=0.03)
+    calibrated = step_breakdown("llama-2-7b", "a100-80gb", num_decode_tokens=64, decode_context_sum=64000)
+    assert calibrated["attention"] != pytest.approx(got, rel=0.03)
+    rng = random.Random(1)
+    for _ in range(20):  # still one line in the context sum: the fast path's closed form holds
+        B, ctx, k = rng.randint(1, 100), rng.randint(1, 10**5), rng.randint(1, 32)
+        total = sum(cm.step_ticks(batch(decode=B, ctx=ctx + j * B)) for j in range(k))
+        assert span(envelope(cm.decode_lines(B, ctx)), k) == total
+
+
+def test_bad_attention_csv(tmp_path):
+    shutil.copy(A100_7B, tmp_path / "mlp.csv")
+    write_attention_csv(tmp_path / "attention.csv", np.ones(5) * 1e-4, shape=(8192, 64, 8))
+    with pytest.raises(ValueError, match=r"0 rows of shape .* \(4096, 32, 32, 1\): expected at least 5"):
+        gpu_cost_model(f"vidur:{tmp_path}", "llama-2-7b", "a100-80gb")
+    lines = (tmp_path / "attention.csv").read_text().splitlines()
+    (tmp_path / "attention.csv").write_text("\n".join([lines[0].replace("kv_cache_size", "kv"), *lines[1:]]))
+    with pytest.raises(ValueError, match=r"missing column\(s\) \['kv_cache_size'\]: expected Vidur's attention.csv"):
+        gpu_cost_model(f"vidur:{tmp_path}", "llama-2-7b", "a100-80gb")
