@@ -58,16 +58,23 @@ class Dataset:
             yield tp, n[keep], {op: v[keep] for op, v in self.profile.ops[tp].items()}
 
 
-def load_datasets(root: str | Path) -> list[Dataset]:
-    """Every `<gpu>/<org>/<model>/mlp.csv` under `root` whose GPU and model the catalogs know."""
+def load_datasets(root: str | Path, skipped: list[str] | None = None) -> list[Dataset]:
+    """Every `<gpu>/<org>/<model>/mlp.csv` under `root` whose GPU and model the catalogs know; the
+    others (Vidur profiles more models than the catalog holds) are listed in `skipped`."""
     gpus = {v: k for k, v in VIDUR_GPUS.items()}
     out = []
     for path in sorted(Path(root).glob("*/*/*/mlp.csv")):
         gpu, model_id = path.parts[-4].lower(), "/".join(path.parts[-3:-1]).lower()
-        out.append(Dataset(get_hardware(gpus.get(gpu, gpu)).name, get_model(model_id).name,
-                           read_layer_profile(path, model_id)))
+        try:
+            hw, model = get_hardware(gpus.get(gpu, gpu)).name, get_model(model_id).name
+        except ValueError:
+            if skipped is not None:
+                skipped.append("/".join(path.parts[-4:-1]))
+            continue
+        out.append(Dataset(hw, model, read_layer_profile(path, model_id)))
     if not out:
-        raise FileNotFoundError(f"{str(root)!r}: no <gpu>/<org>/<model>/mlp.csv profiles under it")
+        raise FileNotFoundError(f"{str(root)!r}: no <gpu>/<org>/<model>/mlp.csv profiles of a catalog model and GPU "
+                                "under it")
     return out
 
 
@@ -198,6 +205,7 @@ class Report:
     heldout: ErrorStats  # every held-out point of both
     heldout_points: tuple[np.ndarray, np.ndarray]  # (measured, predicted) seconds of those points
     interpolation: ErrorStats  # a measured profile between its profiled sizes (`interpolation_errors`)
+    skipped: list[str]  # profiles of a model or GPU the catalogs lack
 
 
 def _stats(measured: np.ndarray, predicted: np.ndarray) -> ErrorStats:
@@ -205,7 +213,8 @@ def _stats(measured: np.ndarray, predicted: np.ndarray) -> ErrorStats:
 
 
 def calibrate(root: str | Path) -> Report:
-    datasets = load_datasets(root)
+    skipped: list[str] = []
+    datasets = load_datasets(root, skipped)
     cal = fit(datasets)
     gpu_out, arch_out, held = {}, {}, []
     splits = [(gpu_out, gpu, lambda d, g=gpu: d.hardware == g) for gpu in sorted({d.hardware for d in datasets})]
@@ -219,4 +228,4 @@ def calibrate(root: str | Path) -> Report:
             held.append(points)
     measured, predicted = (np.concatenate(a) for a in zip(*held, strict=True)) if held else (np.ones(1), np.ones(1))
     return Report(cal, _stats(*layer_predictions(cal, datasets)), gpu_out, arch_out, _stats(measured, predicted),
-                  (measured, predicted), ErrorStats.of(interpolation_errors(datasets)))
+                  (measured, predicted), ErrorStats.of(interpolation_errors(datasets)), skipped)

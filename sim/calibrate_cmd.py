@@ -26,7 +26,10 @@ def add_parser(sub) -> None:
 
 def format_report(r: Report) -> str:
     lines = [f"non-attention time of one layer, 1-{MAX_TOKENS:,} tokens, every TP degree; |predicted - measured| / "
-             "measured", f"fitted on: {', '.join(r.calibration.fitted_on)}", "", "GEMM constants per GPU:"]
+             "measured", f"fitted on: {', '.join(r.calibration.fitted_on)}"]
+    if r.skipped:
+        lines.append(f"skipped (model or GPU not in the catalogs): {', '.join(r.skipped)}")
+    lines += ["", "GEMM constants per GPU:"]
     for gpu, g in r.calibration.gemm.items():
         lines.append(f"  {gpu:<10} compute {g.compute_efficiency:.0%} of peak, bandwidth {g.bandwidth_efficiency:.0%}, "
                      f"latency {g.latency_s * 1e6:.1f} us, p {g.sharpness:.2f}")

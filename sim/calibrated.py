@@ -22,6 +22,7 @@ operator's floor and bytes per element.
 """
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -81,14 +82,10 @@ class Calibration:
                    {k: ElementwiseConstants(**v) for k, v in d["elementwise"].items()}, d["fitted_on"])
 
 
-_DEFAULT: list[Calibration] = []
-
-
+@functools.cache
 def default_calibration() -> Calibration:
     """The constants `python -m sim calibrate --write` fitted to all of `profiles/vidur`."""
-    if not _DEFAULT:
-        _DEFAULT.append(Calibration.from_json(CALIBRATION_FILE.read_text(encoding="utf-8")))
-    return _DEFAULT[0]
+    return Calibration.from_json(CALIBRATION_FILE.read_text(encoding="utf-8"))
 
 
 def gemm_seconds(rows, n: int, k: int, hw: HardwareSpec, c: GemmConstants) -> np.ndarray:

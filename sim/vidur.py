@@ -24,7 +24,7 @@ from .models import ModelSpec, get_model
 LAYER_OPS = ("attn_pre_proj", "attn_rope", "attn_post_proj", "input_layernorm", "post_attention_layernorm",
              "mlp_up_proj", "mlp_act", "mlp_down_proj", "add")
 SHAPE_COLUMNS = ("n_head", "n_kv_head", "n_embd", "n_expanded_embd", "num_tokens", "num_tensor_parallel_workers")
-VIDUR_GPUS = {"a100-80gb": "a100", "h100": "h100", "h200": "h200", "a40": "a40", "l40s": "l40s", "a10g": "a10g"}
+VIDUR_GPUS = {"a100-80gb": "a100"}  # Vidur's folder name where it is not the catalog's
 
 
 @dataclass(slots=True, frozen=True)

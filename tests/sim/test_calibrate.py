@@ -2,6 +2,8 @@
 held against the goals of issue 12 (non-attention step time, 1-4,096 tokens, every TP degree).
 
 One fit on everything plus five held-out fits: about a minute, so the report is computed once."""
+import shutil
+
 import numpy as np
 import pytest
 
@@ -64,3 +66,15 @@ def test_a_heldout_fit_never_sees_its_gpu():
     assert len(measured) == 2 * 4 * 259  # two models, four TP degrees, 259 token counts
     assert ErrorStats.of(predicted / measured - 1).median < 0.06
     assert np.all(predicted > 0)
+
+
+def test_profiles_of_models_the_catalog_lacks_are_skipped_and_named(tmp_path):
+    for where in ("a100/meta-llama/Llama-2-7b-hf", "a100/microsoft/phi-2", "tpu/meta-llama/Llama-2-7b-hf"):
+        (tmp_path / where).mkdir(parents=True)
+        shutil.copy(PROFILES / "a100" / "meta-llama" / "Llama-2-7b-hf" / "mlp.csv", tmp_path / where / "mlp.csv")
+    skipped = []
+    data = load_datasets(tmp_path, skipped)
+    assert [(d.model, d.hardware) for d in data] == [("llama-2-7b", "a100-80gb")]
+    assert skipped == ["a100/microsoft/phi-2", "tpu/meta-llama/Llama-2-7b-hf"]
+    with pytest.raises(FileNotFoundError, match="no <gpu>/<org>/<model>/mlp.csv profiles of a catalog model"):
+        load_datasets(tmp_path / "a100" / "microsoft")
