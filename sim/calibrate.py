@@ -116,15 +116,19 @@ def _gemm_constants(x: np.ndarray) -> GemmConstants:
 def fit_gemm(datasets: list[Dataset]) -> GemmConstants:
     """One GPU's GEMM constants from its profiles (see the module doc)."""
     hw = get_hardware(datasets[0].hardware)
-    cases = []  # (tokens, n, k, measured) per GEMM per TP degree per profile
+    cases, totals = [], []  # (tokens, n, k, row) per GEMM per TP degree per profile; each row's measured sum
     for d in datasets:
         for tp, n, ops in d.rows():
-            for op, (nn, kk) in gemm_shapes(get_model(d.model), tp).items():
-                cases.append((n, np.full_like(n, nn), np.full_like(n, kk), ops[op]))
-    n, nn, kk, t = (np.concatenate(c) for c in zip(*cases, strict=True))
+            rows = np.arange(len(n)) + sum(len(t) for t in totals)
+            for nn, kk in gemm_shapes(get_model(d.model), tp).values():
+                cases.append((n, np.full_like(n, nn), np.full_like(n, kk), rows))
+            totals.append(sum(ops[op] for op in GEMM_OPS))
+    n, nn, kk, row = (np.concatenate(c) for c in zip(*cases, strict=True))
+    t = np.concatenate(totals)
 
-    def loss(x):
-        return float(np.sum(np.log(gemm_seconds(n, nn, kk, hw, _gemm_constants(x)) / t) ** 2))
+    def loss(x):  # the error that matters: of the four GEMMs' sum per profiled shape
+        predicted = np.bincount(row, weights=gemm_seconds(n, nn, kk, hw, _gemm_constants(x)), minlength=len(t))
+        return float(np.sum(np.log(predicted / t) ** 2))
 
     return _gemm_constants(nelder_mead(loss, np.array([0.5, 1.0, 1.0, 0.0])))
 

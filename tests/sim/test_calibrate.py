@@ -23,8 +23,9 @@ def test_heldout_errors_meet_the_goals(report):
     """Leave one GPU out and leave one architecture out, all points together."""
     assert report.heldout.median <= 0.05
     assert report.heldout.p90 <= 0.12
-    # The goal is 25%; the worst held-out point is a cuBLAS kernel choice the model does not follow
-    # (Llama-2-7B on 8 A100s at ~130 tokens): held to what the model reaches, so a regression shows.
+    # The goal is 25%, not met: the worst held-out points are cuBLAS kernel choices the model does not
+    # follow (Llama-2-70B on H100s just past 512 tokens, measured ~30% above the prediction). Held to
+    # what the model reaches, so that a regression shows.
     assert report.heldout.worst <= 0.30
     assert set(report.leave_one_gpu_out) == {"a100-80gb", "h100"}
     assert set(report.leave_one_architecture_out) == {"llama-2-7b", "llama-3-8b", "llama-2-70b+llama-3-70b"}
