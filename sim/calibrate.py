@@ -4,7 +4,8 @@ what they never saw (`python -m sim calibrate --profiles profiles/vidur`).
 Fitted on every profile under the folder, 1 to `MAX_TOKENS` tokens, every tensor-parallel degree:
 - the elementwise operators' floor and bytes per element (shared by all GPUs): for each operator,
   least squares of the relative error over all its rows (the model is linear in both);
-- per GPU, the GEMM constants: Nelder-Mead on the squared log error of the four GEMMs' rows.
+- per GPU, the GEMM constants: Nelder-Mead on the squared log error of the four GEMMs' time summed,
+  per profiled shape.
 
 The error reported is that of the whole layer's non-attention time (the sum of the operators, what a
 step costs), |predicted - measured| / measured per profiled (GPU, model, TP, tokens). Held out:
