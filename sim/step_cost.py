@@ -25,9 +25,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from .clock import TICKS_PER_S
-from .cost_model import CostModel
+from .cost_model import CostModel, dequantization, swap_seconds_per_block, tensor_parallel_communication
 from .hardware import HardwareSpec, get_hardware
-from .models import ModelSpec, get_kv_dtype, get_model
+from .models import ModelSpec, get_model
 
 BREAKDOWN_KEYS = ("non_attention", "attention", "lm_head", "communication", "overhead", "swap", "total")
 
@@ -119,29 +119,15 @@ class LayeredCostModel(CostModel):
 def attention_pieces(model: ModelSpec, hw: HardwareSpec, tp: int, kv_cache_dtype: str, compute_efficiency: float,
                      bandwidth_efficiency: float, latency_s: float) -> list[tuple[float, ...]]:
     """Attention's compute bound and memory bound as CostModel pieces (see the module doc)."""
-    m, dt = model, get_kv_dtype(kv_cache_dtype)
+    m = model
     flops = tp * hw.peak_flops * compute_efficiency
     bw = tp * hw.memory_bandwidth * bandwidth_efficiency
     kv = m.kv_bytes_per_token(kv_cache_dtype)
     pair = m.attention_flops_per_pair / flops
-    dequant = m.kv_elements_per_token * dt.dequant_ops / (tp * hw.vector_flops)
+    dequant = dequantization(m, hw, tp, kv_cache_dtype)
     floor = m.num_layers * latency_s
     return [(floor, 0.0, pair, 0.0, pair + dequant, 0.0),
             (floor, kv / bw, 0.0, kv / bw, kv / bw + dequant, 0.0)]
-
-
-def tensor_parallel_communication(model: ModelSpec, hw: HardwareSpec, tp: int,
-                                  allreduce_latency_s: float) -> tuple[float, float]:
-    """(seconds per token, seconds per step) of two ring all-reduces of the hidden state per layer."""
-    if tp == 1:
-        return 0.0, 0.0
-    m = model
-    per_token = 2 * m.num_layers * 2 * (tp - 1) / tp * m.hidden_size * 2 / hw.interconnect_bandwidth
-    return per_token, 2 * m.num_layers * allreduce_latency_s
-
-
-def swap_seconds_per_block(model: ModelSpec, hw: HardwareSpec, tp: int, kv_cache_dtype: str, block_size: int) -> float:
-    return model.kv_bytes_per_token(kv_cache_dtype) * block_size / (tp * hw.pcie_bandwidth)
 
 
 def layered_parts(model: str | ModelSpec, hardware: str | HardwareSpec, tp: int, kv_cache_dtype: str, block_size: int,
@@ -161,6 +147,4 @@ def measured_attention_pieces(model: ModelSpec, hw: HardwareSpec, tp: int, kv_ca
     """One piece from one layer's measured attention line (`sim.vidur.read_attention_profile`), all
     layers; a quantized KV cache adds its dequantization per context token (the profile is fp16)."""
     c0, c1, c2, c3, c4 = (model.num_layers * c for c in layer_coefficients_s)
-    dt = get_kv_dtype(kv_cache_dtype)
-    dequant = model.kv_elements_per_token * dt.dequant_ops / (tp * hw.vector_flops)
-    return [(c0, c1, c2, c3, c4 + dequant, 0.0)]
+    return [(c0, c1, c2, c3, c4 + dequantization(model, hw, tp, kv_cache_dtype), 0.0)]
