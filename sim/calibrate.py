@@ -33,7 +33,7 @@ from .calibrated import (
 )
 from .hardware import get_hardware
 from .models import get_model
-from .profiled import nnls
+from .profiled import relative_nnls
 from .vidur import VIDUR_GPUS, LayerProfile, read_layer_profile
 
 MAX_TOKENS = 4096
@@ -144,11 +144,9 @@ def fit_elementwise(datasets: list[Dataset]) -> dict[str, ElementwiseConstants]:
             for tp, n, ops in d.rows():
                 xs.append(n * elementwise_widths(get_model(d.model), tp)[op] / bw)
                 ts.append(ops[op])
-        x, t = np.concatenate(xs), np.concatenate(ts)
-        scale = x.max()
-        A = np.column_stack([np.ones_like(x), x / scale]) / t[:, None]  # relative error: rows over the time
-        floor, per = nnls(A, np.ones_like(t))
-        out[op] = ElementwiseConstants(float(floor), float(per / scale))
+        x = np.concatenate(xs)
+        floor, per = relative_nnls(np.column_stack([np.ones_like(x), x]), np.concatenate(ts))
+        out[op] = ElementwiseConstants(float(floor), float(per))
     return out
 
 

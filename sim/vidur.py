@@ -69,14 +69,18 @@ def find_profile(root: str | Path, model: str | ModelSpec, hardware: str | Hardw
     return found[0]
 
 
+def _read_rows(path: Path) -> list[dict[str, str]]:
+    try:
+        with path.open(newline="", encoding="utf-8") as f:
+            return list(csv.DictReader(f))
+    except OSError as e:
+        raise FileNotFoundError(f"vidur profile {str(path)!r}: cannot read it: {e.strerror}") from None
+
+
 def read_layer_profile(path: str | Path, model: str | ModelSpec | None = None) -> LayerProfile:
     """`mlp.csv` at `path`, checked against `model`'s shape when one is given."""
     path = Path(path)
-    try:
-        with path.open(newline="", encoding="utf-8") as f:
-            rows = list(csv.DictReader(f))
-    except OSError as e:
-        raise FileNotFoundError(f"vidur profile {str(path)!r}: cannot read it: {e.strerror}") from None
+    rows = _read_rows(path)
     wanted = (*SHAPE_COLUMNS, *(f"time_stats.{op}.median" for op in LAYER_OPS))
     missing = [c for c in wanted if not rows or c not in rows[0]]
     if missing:
@@ -118,14 +122,10 @@ def read_attention_profile(path: str | Path, model: str | ModelSpec, tp: int) ->
     a prefill row, one chunk of `prefill_chunk_size` tokens after `kv_cache_size`: chunk * kv +
     chunk * (chunk + 1) / 2 pairs. Fitted by non-negative least squares of the relative error, and
     with `attn_kv_cache_save` (writing the new tokens' KV) added where the file has it."""
-    from .profiled import nnls
+    from .profiled import relative_nnls
 
     path, m = Path(path), get_model(model)
-    try:
-        with path.open(newline="", encoding="utf-8") as f:
-            rows = list(csv.DictReader(f))
-    except OSError as e:
-        raise FileNotFoundError(f"vidur profile {str(path)!r}: cannot read it: {e.strerror}") from None
+    rows = _read_rows(path)
     missing = [c for c in ATTENTION_COLUMNS if not rows or c not in rows[0]]
     if missing:
         raise ValueError(f"vidur profile {str(path)!r}: missing column(s) {missing}: expected Vidur's attention.csv "
@@ -147,6 +147,4 @@ def read_attention_profile(path: str | Path, model: str | ModelSpec, tp: int) ->
     if len(t) < 5:
         raise ValueError(f"vidur profile {str(path)!r}: {len(t)} rows of shape (n_embd, n_q_head, n_kv_head, "
                          f"num_tensor_parallel_workers) {shape}: expected at least 5 to fit attention")
-    A, t = np.array(X, dtype=np.float64), np.array(t)
-    scale = np.maximum(A.max(axis=0), 1e-30)
-    return tuple(float(c) for c in nnls(A / scale / t[:, None], np.ones(len(t))) / scale)
+    return tuple(float(c) for c in relative_nnls(np.array(X, dtype=np.float64), np.array(t)))
