@@ -4,7 +4,7 @@ The article: a static server fills a batch up to its size or a batching timeout,
 default and 20-50 ms "for throughput" (fuller batches); and "max batch 4" is its low-latency
 setting. (Its "hybrid strategy" is not defined closely enough to simulate, so it is not tested.)
 
-Setup: Llama-2-7B on one A100-80GB (roofline cost model).
+Setup: Llama-2-7B on one A100-80GB (the calibrated cost model).
 - Timeout: static batches of 8 with timeouts 0-100 ms on two workloads: the Azure conversation
   trace at half of what static batches of 8 sustain, and short requests (128-token prompts,
   16-token outputs, Poisson arrivals) at 30% and 60% of theirs. Throughput at a load below

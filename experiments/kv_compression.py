@@ -4,10 +4,10 @@ throughput, and what dequantization costs in latency.
 The article: compressed KV (4-bit or 8-bit) trades memory for time. The memory side is
 arithmetic (fewer bytes per token, more blocks); the time side is not: a decode step reads every
 context token's KV, so fewer bytes also mean a shorter memory-bound step, against the FP32
-operations that dequantize them. The cost model holds both (see `sim.cost_model`); accuracy,
+operations that dequantize them. The cost model holds both (see `sim.step_cost`); accuracy,
 the real price of compression, is outside any simulator.
 
-Setup: the Azure conversation trace, Llama-2-7B on one A100-80GB (roofline), kv_cache_dtype
+Setup: the Azure conversation trace, Llama-2-7B on one A100-80GB (calibrated cost model), kv_cache_dtype
 fp16 / fp8 (e4m3, per-tensor scale) / int8 (per-token-head scale) / int4 (scale and zero point).
 Throughput at saturation (all requests queued at t=0); latency at 3 req/s, which fp16 sustains.
 """

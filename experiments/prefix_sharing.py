@@ -6,7 +6,7 @@ claim holds when the shared system prompt is long enough against the rest of a r
 own prompt and its output). The sweep finds where.
 
 Setup: 100 requests arrive together; each has a system prompt of P tokens shared by all, a
-256-token user prompt of its own and 128 output tokens. Llama-2-7B on an A100-80GB (roofline),
+256-token user prompt of its own and 128 output tokens. Llama-2-7B on an A100-80GB (calibrated cost model),
 block size 16, chunked prefill. The cache is sized so that no run is ever short of blocks (no
 preemption, nobody waits for memory): the peak then measures what the requests need, not what
 the GPU has; the A100's own KV capacity is drawn for reference.

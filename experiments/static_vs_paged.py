@@ -10,7 +10,7 @@ reserves). Both are reported. The static baseline runs with two reservations: ma
 output length (an oracle: the best static batching can do).
 
 Setup: the Azure conversation trace (its real lengths; arrivals rescaled to each offered load),
-Llama-2-7B on one A100-80GB (roofline cost model), static batches of 8 with a 10 ms timeout.
+Llama-2-7B on one A100-80GB (the calibrated cost model), static batches of 8 with a 10 ms timeout.
 Max QPS is the saturation throughput: every request queued at t=0, completions per second.
 """
 from __future__ import annotations

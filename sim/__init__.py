@@ -17,6 +17,7 @@ from paged.workloads.workload import (
 )
 
 from .cost_model import CostModel, RooflineParams, roofline_cost_model
+from .gpu_cost import gpu_cost_model, step_breakdown
 from .hardware import HARDWARE, HardwareSpec, get_hardware
 from .memory import KVPlan, plan_kv_cache
 from .models import KV_DTYPES, MODELS, ModelSpec, get_model
@@ -31,4 +32,5 @@ __all__ = [
     "get_hardware", "KVPlan", "plan_kv_cache", "KV_DTYPES", "MODELS", "ModelSpec", "get_model", "ProfileFit",
     "fit_profile", "SimResult", "format_summary", "simulate", "grid", "sweep", "TraceError", "read_trace", "Workload",
     "lengths_workload", "load_workload", "sample_lengths", "shared_prefix_workload", "synthetic_arrivals",
+    "gpu_cost_model", "step_breakdown",
 ]

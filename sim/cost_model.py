@@ -137,13 +137,30 @@ def roofline_cost_model(model: str | ModelSpec, hardware: str | HardwareSpec, *,
     compute = (0.0, per_token_flops, per_pair, per_token_flops, per_pair, 0.0)
     kv_write = kv_bytes / bytes_rate
     memory = (m.weight_bytes / bytes_rate, kv_write, 0.0, kv_write, kv_bytes / bytes_rate, 0.0)
-    overhead, per_token_comm = p.step_overhead_s, 0.0
-    if tp > 1:
-        overhead += 2 * m.num_layers * p.allreduce_latency_s
-        per_token_comm = 2 * m.num_layers * 2 * (tp - 1) / tp * m.hidden_size * 2 / hw.interconnect_bandwidth
-    dequant = m.kv_elements_per_token * dt.dequant_ops / (tp * hw.vector_flops)
-    extra = (overhead, per_token_comm, 0.0, per_token_comm, dequant, 0.0)
+    per_token_comm, fixed_comm = tensor_parallel_communication(m, hw, tp, p.allreduce_latency_s)
+    extra = (p.step_overhead_s + fixed_comm, per_token_comm, 0.0, per_token_comm, dequantization(m, hw, tp, dt.name),
+             0.0)
     pieces = [tuple(a + b for a, b in zip(piece, extra, strict=True)) for piece in (compute, memory)]
-    swap = kv_bytes * block_size / (tp * hw.pcie_bandwidth)
+    swap = swap_seconds_per_block(m, hw, tp, dt.name, block_size)
     return CostModel(pieces, swap, name=f"roofline:{m.name}@{hw.name}x{tp}:{dt.name}",
                      description=f"roofline {m.name} on {tp} x {hw.name}, KV {dt.name}, {p}")
+
+
+def tensor_parallel_communication(model: ModelSpec, hw: HardwareSpec, tp: int,
+                                  allreduce_latency_s: float) -> tuple[float, float]:
+    """(seconds per token, seconds per step) of two ring all-reduces of the hidden state per layer."""
+    if tp == 1:
+        return 0.0, 0.0
+    m = model
+    per_token = 2 * m.num_layers * 2 * (tp - 1) / tp * m.hidden_size * 2 / hw.interconnect_bandwidth
+    return per_token, 2 * m.num_layers * allreduce_latency_s
+
+
+def dequantization(model: ModelSpec, hw: HardwareSpec, tp: int, kv_cache_dtype: str) -> float:
+    """Seconds per context token read of dequantizing a quantized KV cache (FP32, off the tensor cores)."""
+    return model.kv_elements_per_token * get_kv_dtype(kv_cache_dtype).dequant_ops / (tp * hw.vector_flops)
+
+
+def swap_seconds_per_block(model: ModelSpec, hw: HardwareSpec, tp: int, kv_cache_dtype: str, block_size: int) -> float:
+    """One block's KV over PCIe, each GPU of the group moving its share."""
+    return model.kv_bytes_per_token(kv_cache_dtype) * block_size / (tp * hw.pcie_bandwidth)

@@ -2,14 +2,16 @@
 
 The simulator needs only shapes: parameters (weights to read each step, 2 FLOPs per parameter
 per token), layers, attention heads and KV heads, head dim (attention FLOPs and KV bytes per
-token), hidden size (tensor-parallel all-reduce volume) and the context length the model
-was trained for (the default `max_model_len`).
+token), hidden size (tensor-parallel all-reduce volume), the MLP's intermediate size and the
+vocabulary (the calibrated cost model times each matmul by its shape) and the context length
+the model was trained for (the default `max_model_len`).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .catalog import lookup
+from .hf_config import is_config_path, read_hf_config
 
 
 @dataclass(slots=True, frozen=True)
@@ -24,6 +26,8 @@ class ModelSpec:
     max_model_len: int
     aliases: tuple[str, ...] = ()
     weight_bytes_per_param: int = 2  # fp16 / bf16 weights
+    intermediate_size: int = field(kw_only=True)  # the gated MLP's (SwiGLU: gate and up, then down)
+    vocab_size: int = field(kw_only=True)
 
     @property
     def weight_bytes(self) -> int:
@@ -46,19 +50,31 @@ class ModelSpec:
 
 
 MODELS: dict[str, ModelSpec] = {m.name: m for m in (
-    ModelSpec("llama-2-7b", 6.74e9, 32, 32, 32, 128, 4096, 4096, ("meta-llama/llama-2-7b-hf",)),
-    ModelSpec("llama-2-13b", 13.02e9, 40, 40, 40, 128, 5120, 4096, ("meta-llama/llama-2-13b-hf",)),
-    ModelSpec("llama-2-70b", 68.98e9, 80, 64, 8, 128, 8192, 4096, ("meta-llama/llama-2-70b-hf",)),
-    ModelSpec("llama-3-8b", 8.03e9, 32, 32, 8, 128, 4096, 8192, ("meta-llama/meta-llama-3-8b",)),
-    ModelSpec("llama-3.1-8b", 8.03e9, 32, 32, 8, 128, 4096, 131072, ("meta-llama/llama-3.1-8b",)),
-    ModelSpec("qwen2-7b", 7.62e9, 28, 28, 4, 128, 3584, 32768, ("qwen/qwen2-7b",)),
+    ModelSpec("llama-2-7b", 6.74e9, 32, 32, 32, 128, 4096, 4096, ("meta-llama/llama-2-7b-hf",),
+              intermediate_size=11008, vocab_size=32000),
+    ModelSpec("llama-2-13b", 13.02e9, 40, 40, 40, 128, 5120, 4096, ("meta-llama/llama-2-13b-hf",),
+              intermediate_size=13824, vocab_size=32000),
+    ModelSpec("llama-2-70b", 68.98e9, 80, 64, 8, 128, 8192, 4096, ("meta-llama/llama-2-70b-hf",),
+              intermediate_size=28672, vocab_size=32000),
+    ModelSpec("llama-3-70b", 70.55e9, 80, 64, 8, 128, 8192, 8192, ("meta-llama/meta-llama-3-70b",),
+              intermediate_size=28672, vocab_size=128256),
+    ModelSpec("llama-3-8b", 8.03e9, 32, 32, 8, 128, 4096, 8192, ("meta-llama/meta-llama-3-8b",),
+              intermediate_size=14336, vocab_size=128256),
+    ModelSpec("llama-3.1-8b", 8.03e9, 32, 32, 8, 128, 4096, 131072, ("meta-llama/llama-3.1-8b",),
+              intermediate_size=14336, vocab_size=128256),
+    ModelSpec("qwen2-7b", 7.62e9, 28, 28, 4, 128, 3584, 32768, ("qwen/qwen2-7b",),
+              intermediate_size=18944, vocab_size=152064),
     ModelSpec("smollm2-135m", 134.5e6, 30, 9, 3, 64, 576, 8192,
-              ("huggingfacetb/smollm2-135m", "huggingfacetb/smollm2-135m-instruct", "smollm2-135m-instruct")),
+              ("huggingfacetb/smollm2-135m", "huggingfacetb/smollm2-135m-instruct", "smollm2-135m-instruct"),
+              intermediate_size=1536, vocab_size=49152),
 )}
 _ALIASES = {a: m.name for m in MODELS.values() for a in m.aliases}
 
 
 def get_model(name: str | ModelSpec) -> ModelSpec:
+    """A catalog model by name or Hugging Face id, or a Hugging Face config.json (or its folder)."""
+    if isinstance(name, str) and name.lower() not in MODELS and is_config_path(name):
+        return read_hf_config(name)
     return lookup("model", name, MODELS, _ALIASES)
 
 

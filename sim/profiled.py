@@ -125,7 +125,8 @@ def nnls(A: np.ndarray, b: np.ndarray, tol: float = 1e-12) -> np.ndarray:
     return x
 
 
-def _fit(X: np.ndarray, t: np.ndarray) -> np.ndarray:
+def relative_nnls(X: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Coefficients >= 0 of X @ c ~ t, least squares of the relative error (each row divided by its t)."""
     scale = np.maximum(X.max(axis=0), 1e-30)  # columns span 1..1e9: scale for a well-conditioned solve
     A = X / scale / t[:, None]
     return nnls(A, np.ones(len(t))) / scale
@@ -156,7 +157,7 @@ def _fit_model(X: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, dict[int, floa
     """The line fitted to samples `X` (intercept column first) and times `t`, then the corrections fitted
     to what it leaves: per step kind (decode-only, with a prefill chunk) and number of sequences, the
     1/t^2-weighted mean residual."""
-    coef = _fit(X, t)
+    coef = relative_nnls(X, t)
     residual, weight = t - X @ coef, 1 / t**2
     corrections = []
     for kind in (X[:, 1] == 0, X[:, 1] > 0):

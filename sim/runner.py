@@ -19,6 +19,7 @@ from paged.workloads.workload import Workload
 from .clock import TICKS_PER_S, to_ticks
 from .cluster import Cluster
 from .cost_model import CostModel, RooflineParams, roofline_cost_model
+from .gpu_cost import gpu_cost_model, is_gpu_cost_model
 from .hardware import get_hardware
 from .memory import plan_kv_cache
 from .models import get_model
@@ -31,6 +32,9 @@ def build_cost_model(config: SimConfig) -> CostModel:
     cm = config.cost_model
     if isinstance(cm, CostModel):
         return cm
+    if is_gpu_cost_model(cm):
+        return gpu_cost_model(cm, config.model, config.hardware, tp=config.tp, kv_cache_dtype=config.kv_cache_dtype,
+                              block_size=config.block_size, step_overhead_s=config.step_overhead_s)
     if cm == "roofline":
         return roofline_cost_model(config.model, config.hardware, tp=config.tp, kv_cache_dtype=config.kv_cache_dtype,
                                    block_size=config.block_size,

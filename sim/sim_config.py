@@ -50,8 +50,8 @@ class SimConfig:
     # output length: the article's baseline) or "max_tokens" (prompt + the request's max_tokens,
     # which on a trace is its true output length: an oracle no real static server has)
     static_reserve: str = "max_model_len"
-    # time: "roofline", a path to a paged-step-profile/1 JSON, or a CostModel
-    cost_model: str | CostModel = "roofline"
+    # time: "calibrated", "vidur:DIR" (measured profiles), "roofline", a paged-step-profile/1 JSON, or a CostModel
+    cost_model: str | CostModel = "calibrated"
     mfu_efficiency: float = 0.6
     bandwidth_efficiency: float = 0.8
     step_overhead_s: float = 0.002

@@ -115,7 +115,9 @@ def test_batching_knobs(tmp_path):
         <= set(timeouts.columns)
     for _, d in timeouts.groupby("workload"):  # waiting longer never makes batches emptier
         d = d.sort_values("batch_timeout_s")
-        assert d.batch_size_mean.iloc[-1] >= d.batch_size_mean.iloc[0]
+        # within 1%: on 200 requests, step times that are not a line in the batch (the calibrated
+        # model's tile steps) move which arrivals share a batch by a request or so
+        assert d.batch_size_mean.iloc[-1] >= 0.99 * d.batch_size_mean.iloc[0]
     sizes = pd.read_csv(tmp_path / "batching_knobs_max_batch.csv").set_index(["system", "max_batch_size"])
     # two slots queue what thirty-two serve at once
     assert sizes.loc[("paged", 2), "e2e_s_p99"] > sizes.loc[("paged", 32), "e2e_s_p99"]

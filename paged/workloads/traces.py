@@ -22,6 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .csv_fast import read_plain_csv
+
 # The repository's own traces (traces/README.md gives their sources and licenses): the simulator's
 # demo, the engine's benchmark and the experiments all replay the Azure conversation trace.
 REPO = Path(__file__).resolve().parents[2]
@@ -83,7 +85,8 @@ def read_trace(path: str | Path, fmt: str = "auto") -> TraceColumns:
         return _read_mooncake(path)
     if fmt not in _CSV_COLUMNS:
         raise ValueError(f"unknown trace format {fmt!r}: known are {['auto', *FORMATS]}")
-    return _read_csv(path, fmt)
+    plain = read_plain_csv(path, fmt, MAX_LENGTH)  # the common case, without importing pandas
+    return TraceColumns(*plain) if plain is not None else _read_csv(path, fmt)
 
 
 def _open_text(path: Path):

@@ -11,6 +11,7 @@ import argparse
 from paged.workloads.options import add_workload_options, numbers
 from paged.workloads.traces import REPO
 
+from .. import breakdown, calibrate_cmd
 from ..sim_config import ROUTERS, SimConfig
 
 OUTPUT_KEYS = ("json", "requests_csv", "timeseries_csv", "plot", "slo_ttft_s", "slo_tpot_s", "progress_bar")
@@ -52,9 +53,11 @@ def add_sim_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--static-reserve", choices=["max_model_len", "max_tokens"], default=d.static_reserve,
                    help="KV a static batch reserves per request")
     g = p.add_argument_group("cost model")
-    g.add_argument("--cost-model", default=d.cost_model, help="roofline, or a paged-step-profile/1 JSON file")
-    g.add_argument("--mfu-efficiency", type=float, default=d.mfu_efficiency)
-    g.add_argument("--bandwidth-efficiency", type=float, default=d.bandwidth_efficiency)
+    g.add_argument("--cost-model", default=d.cost_model,
+                   help="calibrated (fitted to measured GPU profiles), vidur:DIR (Vidur's measured mlp.csv profiles "
+                        "under DIR), roofline, or a paged-step-profile/1 JSON file")
+    g.add_argument("--mfu-efficiency", type=float, default=d.mfu_efficiency, help="roofline only")
+    g.add_argument("--bandwidth-efficiency", type=float, default=d.bandwidth_efficiency, help="roofline only")
     g.add_argument("--step-overhead-s", type=float, default=d.step_overhead_s)
     g = p.add_argument_group("simulator")
     g.add_argument("--no-fast-path", dest="fast_path", action="store_false", help="step one iteration at a time")
@@ -92,6 +95,8 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     demo.add_argument("--num-requests", type=int, default=None)
     fit = sub.add_parser("fit", help="fit a cost model to a step profile and report its error")
     fit.add_argument("profile")
+    calibrate_cmd.add_parser(sub)
+    breakdown.add_parser(sub)
     sub.add_parser("list", help="known models, hardware, routers, policies, trace formats")
     sub.add_parser("bench", help="simulated requests per wall second and peak memory (see sim.bench)",
                    add_help=False)

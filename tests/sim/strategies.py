@@ -65,7 +65,7 @@ def sim_configs(draw) -> SimConfig:
         static_batching=static,
         static_batch_size=draw(st.integers(1, 4)),
         batch_timeout_s=draw(st.sampled_from([0.0, 0.01, 0.05])),
-        cost_model=draw(st.sampled_from(["roofline", TWO_PIECES, UNIT_STEPS])),
+        cost_model=draw(st.sampled_from(["calibrated", "roofline", TWO_PIECES, UNIT_STEPS])),
         timeseries_interval_s=draw(st.sampled_from([None, None, 0.01, 0.1])),
         record_itl=draw(st.booleans()),
     )

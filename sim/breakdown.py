@@ -1,0 +1,72 @@
+"""`python -m sim breakdown`: where a step's time goes, for decode batches and prefill chunks.
+
+    python -m sim breakdown --model llama-2-7b --hardware a100-80gb --plot breakdown.png
+
+Each bar is one step (`sim.step_breakdown`): decodes of `--context` tokens each at a few batch
+sizes, then single fresh prompts of a few lengths; stacked by part, as the simulator charges it.
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from .gpu_cost import gpu_cost_model, step_breakdown
+from .step_cost import BREAKDOWN_KEYS
+
+DECODE_BATCHES = (1, 8, 32, 128, 256)
+PREFILL_CHUNKS = (128, 512, 2048)
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("breakdown", help="where a step's time goes (non-attention, attention, LM head, ...)")
+    p.add_argument("--model", default="llama-2-7b")
+    p.add_argument("--hardware", default="a100-80gb")
+    p.add_argument("--tp", type=int, default=1)
+    p.add_argument("--cost-model", default="calibrated", help="calibrated or vidur:DIR")
+    p.add_argument("--context", type=int, default=1024, help="context tokens of each decoding sequence")
+    p.add_argument("--plot", default=None, help="write the stacked bars (PNG)")
+
+
+def breakdowns(model: str, hardware: str, tp: int, cost_model: str, context: int) -> dict[str, dict[str, float]]:
+    """Step label -> `step_breakdown` of that step."""
+    cm = gpu_cost_model(cost_model, model, hardware, tp=tp)
+    out = {f"decode x{b}": step_breakdown(model, hardware, tp=tp, cost_model=cm, num_decode_tokens=b,
+                                          decode_context_sum=b * context) for b in DECODE_BATCHES}
+    out.update({f"prefill {n}": step_breakdown(model, hardware, tp=tp, cost_model=cm, num_prefill_tokens=n)
+                for n in PREFILL_CHUNKS})
+    return out
+
+
+def plot(steps: dict[str, dict[str, float]], title: str, path: str | Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    parts = [k for k in BREAKDOWN_KEYS if k != "total" and any(s[k] for s in steps.values())]
+    fig, ax = plt.subplots(figsize=(8, 4))
+    labels = list(steps)
+    bottom = [0.0] * len(labels)
+    for part in parts:
+        heights = [steps[label][part] * 1e3 for label in labels]
+        ax.bar(labels, heights, bottom=bottom, label=part)
+        bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
+    ax.set_ylabel("ms per step")
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=8)
+    plt.setp(ax.get_xticklabels(), rotation=30, ha="right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def run(args: argparse.Namespace) -> int:
+    steps = breakdowns(args.model, args.hardware, args.tp, args.cost_model, args.context)
+    print(f"{args.model} on {args.tp} x {args.hardware} ({args.cost_model}), ms per step")
+    print(f"{'step':<14}" + "".join(f"{k:>14}" for k in BREAKDOWN_KEYS))
+    for label, parts in steps.items():
+        print(f"{label:<14}" + "".join(f"{parts[k] * 1e3:14.3f}" for k in BREAKDOWN_KEYS))
+    if args.plot:
+        plot(steps, f"{args.model} on {args.tp} x {args.hardware}: where a step's time goes", args.plot)
+        print(f"figure: {args.plot}")
+    return 0

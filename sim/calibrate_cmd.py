@@ -1,0 +1,77 @@
+"""`python -m sim calibrate`: fit, report in-sample and held-out errors, draw predicted vs measured.
+
+    python -m sim calibrate --profiles profiles/vidur --plot calibration.png
+    python -m sim calibrate --profiles profiles/vidur --write   # replace sim/calibration.json (the default model)
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from .calibrate import MAX_TOKENS, Report, calibrate
+from .calibrated import CALIBRATION_FILE
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("calibrate", help="fit the calibrated cost model to Vidur profiles; in-sample and "
+                                         "leave-one-out errors")
+    p.add_argument("--profiles", default=str(REPO / "profiles" / "vidur"),
+                   help="Vidur's <gpu>/<org>/<model>/mlp.csv tree (default: the repository's profiles/vidur)")
+    p.add_argument("--plot", default=None, help="write the held-out predicted-vs-measured figure (PNG)")
+    p.add_argument("--write", action="store_true", help=f"save the constants fitted to all profiles as "
+                                                        f"{CALIBRATION_FILE.name}, the default model's")
+
+
+def format_report(r: Report) -> str:
+    lines = [f"non-attention time of one layer, 1-{MAX_TOKENS:,} tokens, every TP degree; |predicted - measured| / "
+             "measured", f"fitted on: {', '.join(r.calibration.fitted_on)}"]
+    if r.skipped:
+        lines.append(f"skipped (model or GPU not in the catalogs): {', '.join(r.skipped)}")
+    lines += ["", "GEMM constants per GPU:"]
+    for gpu, g in r.calibration.gemm.items():
+        lines.append(f"  {gpu:<10} compute {g.compute_efficiency:.0%} of peak, bandwidth {g.bandwidth_efficiency:.0%}, "
+                     f"latency {g.latency_s * 1e6:.1f} us, p {g.sharpness:.2f}")
+    lines.append("elementwise operators (all GPUs):")
+    for op, e in r.calibration.elementwise.items():
+        lines.append(f"  {op:<25} floor {e.floor_s * 1e6:.1f} us, {e.bytes_per_element:.2f} bytes per element")
+    lines += ["", f"in-sample                      {r.in_sample}"]
+    lines += [f"leave GPU out: {g:<16} {s}" for g, s in r.leave_one_gpu_out.items()]
+    lines += [f"leave model out: {m:<14} {s}" for m, s in r.leave_one_architecture_out.items()]
+    lines += [f"held out, all                  {r.heldout}",
+              f"measured profile, interpolated {r.interpolation}  (every other profiled size held out)"]
+    return "\n".join(lines)
+
+
+def plot_heldout(r: Report, path: str | Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    measured, predicted = r.heldout_points
+    fig, ax = plt.subplots(figsize=(5.5, 5))
+    ax.loglog(measured * 1e3, predicted * 1e3, ".", ms=2, alpha=0.4)
+    lo, hi = measured.min() * 1e3, measured.max() * 1e3
+    for f, style in ((1.0, "k-"), (1.1, "k:"), (1 / 1.1, "k:")):
+        ax.plot([lo, hi], [lo * f, hi * f], style, lw=0.8)
+    ax.set_xlabel("measured (ms per layer)")
+    ax.set_ylabel("predicted, held out (ms per layer)")
+    ax.set_title(f"calibrated model, leave one out\nmedian {r.heldout.median:.1%}, p90 {r.heldout.p90:.1%}, "
+                 f"worst {r.heldout.worst:.1%} (dotted: +-10%)", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def run(args: argparse.Namespace) -> int:
+    report = calibrate(args.profiles)
+    print(format_report(report))
+    if args.plot:
+        plot_heldout(report, args.plot)
+        print(f"figure: {args.plot}")
+    if args.write:
+        CALIBRATION_FILE.write_text(report.calibration.to_json(), encoding="utf-8")
+        print(f"constants: {CALIBRATION_FILE}")
+    return 0

@@ -1,0 +1,34 @@
+"""The pandas-free reader of plain CSV traces gives pandas' columns bit for bit, and leaves anything
+irregular to the pandas path (whose errors name the line and the value)."""
+import numpy as np
+import pytest
+
+from paged.workloads.csv_fast import read_plain_csv
+from paged.workloads.traces import MAX_LENGTH, TraceError, _read_csv, read_trace
+
+
+@pytest.mark.parametrize("name", ["azure_llm_2023_conv.csv", "azure_llm_2023_code.csv"])
+def test_same_columns_as_pandas(traces, name):
+    path = traces / name
+    plain = read_plain_csv(path, "azure", MAX_LENGTH)
+    assert plain is not None
+    slow = _read_csv(path, "azure")
+    for got, want in zip(plain, (slow.arrival_s, slow.num_prompt_tokens, slow.num_output_tokens), strict=True):
+        assert got.dtype == want.dtype and np.array_equal(got, want)
+
+
+def test_irregular_files_go_to_pandas(tmp_path):
+    p = tmp_path / "t.csv"
+    rows = ["TIMESTAMP,ContextTokens,GeneratedTokens", "2023-11-16 18:15:46.6805900,374,44",
+            "2023-11-16 18:15:50.9951690,396,109"]
+    p.write_text("\n".join(rows) + "\n")
+    assert read_plain_csv(p, "azure", MAX_LENGTH)[0].tolist() == [0.0, 4.314579]
+    for bad in (rows[:2] + ["2023-11-16 18:15:50+01:00,396,109"],  # an offset: pandas converts it
+                rows[:2] + ["2023-11-16 18:15:40,396,109"],  # backwards
+                rows[:2] + ["2023-11-16 18:15:50,396.5,109"],  # not a whole number
+                [rows[0] + ",priority", rows[1] + ",1", rows[2] + ",2"]):  # an optional column
+        p.write_text("\n".join(bad) + "\n")
+        assert read_plain_csv(p, "azure", MAX_LENGTH) is None
+    p.write_text("\n".join(rows[:2] + ["2023-11-16 18:15:50,0,109"]) + "\n")
+    with pytest.raises(TraceError, match=r"line 3: ContextTokens='0': expected a whole number"):
+        read_trace(p)
