@@ -13,7 +13,7 @@ from ..sim_config import SimConfig
 
 def workload_from_args(args: argparse.Namespace, config: SimConfig) -> Workload:
     if (args.trace is None) == (args.shared_prefix is None):
-        raise SystemExit("run: give --trace PATH or --shared-prefix G,P,S,O (or `trace:` in --config), not both")
+        raise ValueError("run: give --trace PATH or --shared-prefix G,P,S,O (or `trace:` in --config), not both")
     max_len = config.max_model_len or get_model(config.model).max_model_len
     if args.shared_prefix is not None:
         if args.num_requests is None or args.rate is None:
