@@ -228,6 +228,31 @@ def test_static_batching_reserves_and_returns_together():
     finished, _ = drive(s, now=1.0)
     assert a.finished_time == b.finished_time  # returned together
     assert a.num_output_tokens == 3 and b.num_output_tokens == 9
+    # but a's client had its last token six steps before the batch ended
+    assert s.last_token_time(b) == b.finished_time and s.last_token_time(a) == a.finished_time - 6
+
+
+def test_a_static_batch_may_not_exceed_max_num_seqs():
+    """Every step runs the whole batch: a batch of 8 under max_num_seqs=2 would run 8 sequences."""
+    with pytest.raises(ValueError, match="batch_size=8: expected at most SchedulerConfig.max_num_seqs=2"):
+        StaticBatchScheduler(CacheConfig(num_gpu_blocks=64, block_size=4), SchedulerConfig(max_num_seqs=2),
+                             batch_size=8)
+
+
+def test_aborted_waiting_requests_do_not_pile_up_behind_a_blocked_head():
+    """The issue's probe: a head that cannot be admitted, and 20,000 requests arriving and aborted
+    behind it. Lazy skipping alone kept all 20,001 entries."""
+    from paged.core.request_queue import COMPACT_SLACK
+
+    s = make(num_blocks=10, bs=4)
+    s.add_request(Request("big", num_prompt_tokens=36, max_tokens=4))
+    s.add_request(Request("head", num_prompt_tokens=36, max_tokens=4))  # waits: "big" holds the blocks
+    s.update_from_output(s.schedule(0.0), None, 1.0)
+    for i in range(20_000):
+        s.add_request(Request(f"r{i}", num_prompt_tokens=4, max_tokens=4, arrival_time=1.0))
+        s.abort(f"r{i}", 1.0)
+    assert len(s.waiting) == 1 and s.waiting.num_entries <= 2 + COMPACT_SLACK
+    assert [r.request_id for r in s.waiting] == ["head"]
 
 
 def test_stats_report_fragmentation_and_usage():
