@@ -73,7 +73,13 @@ def main(argv: list[str] | None = None) -> int:
     cases = [(c, azure_n, f) for c in ("azure", "azure-h100") for f in ("1", "0")]
     cases += [("synthetic", str(n), "1") for n in sizes]
     rows = []
-    for case in cases:
+    print(f"{len(cases)} cases, each in a fresh process; "
+          f"{'under a minute' if args.quick else 'several minutes in all (--quick: under a minute)'}",
+          file=sys.stderr, flush=True)
+    for i, case in enumerate(cases, 1):
+        name, n, fast = case
+        print(f"[{i}/{len(cases)}] {name}: {n} requests, fast path {'on' if fast == '1' else 'off'} ...",
+              file=sys.stderr, flush=True)
         r = subprocess.run([sys.executable, "-m", "sim.bench", "--rate", str(args.rate), "--case", *case],
                            capture_output=True, text=True, check=True)
         rows.append(json.loads(r.stdout.strip().splitlines()[-1]))

@@ -174,15 +174,27 @@ class SimResult:
         return summary_figure(self, path)
 
 
+# What a reader would otherwise misread, said beside the value (docs/summary_keys.md has every key).
+NOTES = {
+    "num_capped": "requests cut to fit max_model_len before simulating: the prompt to max_model_len - 1 tokens, "
+                  "the output to what is left; --no-cap sends them whole, to be rejected",
+    "busy_fraction": "of the time some request was in a step: not GPU utilisation",
+    "kv_tokens_mean": "of the KV slots held a token: a fraction, not a count",
+}
+
+
 def format_summary(s: dict) -> str:
-    """The summary as an aligned text table."""
+    """The summary as an aligned text table, with a note where a value is easily misread, and
+    where every key is explained."""
     lines = []
     for k, v in s.items():
         if isinstance(v, dict):
             v = "  ".join(f"{q} {_fmt(x)}" for q, x in v.items())
         else:
             v = _fmt(v)
-        lines.append(f"{k:<28} {v}")
+        note = NOTES.get(k) if s[k] else None  # nothing capped: nothing to explain
+        lines.append(f"{k:<28} {v}" + (f"  # {note}" if note else ""))
+    lines.append("(every key: docs/summary_keys.md)")
     return "\n".join(lines)
 
 

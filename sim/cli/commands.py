@@ -50,9 +50,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
         raise ValueError(f"--out {out}: is a file; expected a folder for demo.png and summary.json")
     out.mkdir(parents=True, exist_ok=True)
     config = SimConfig(model="llama-2-7b", hardware="a100-80gb")
-    workload = load_workload(AZURE_CONV, num_requests=args.num_requests,
-                             max_model_len=get_model(config.model).max_model_len)
-    print(f"Replaying {len(workload):,} requests of {AZURE_CONV.name} on {config.model} / {config.hardware} ...")
+    max_len = get_model(config.model).max_model_len
+    workload = load_workload(AZURE_CONV, num_requests=args.num_requests, max_model_len=max_len)
+    print(f"Replaying {len(workload):,} requests of {AZURE_CONV.name} on {config.model} / {config.hardware}; "
+          f"{workload.num_capped:,} of them, longer than its {max_len:,}-token context, cut to fit (num_capped) ...")
     result = simulate(workload, config)
     summary = result.summary()
     print(format_summary(summary))
