@@ -107,7 +107,7 @@ def plot(timeouts: pd.DataFrame, sizes: pd.DataFrame):
         if unit == "s":
             ax.set_yscale("log")
             plain_log(ax.yaxis)
-        ax.set_ylabel(f"{title} ({unit})")
+        ax.set_ylabel(f"{title} ({unit})" + (", as streamed" if metric.startswith("tpot") else ""))
         ax.set_title(f"{title} by max batch size, Azure conv")
     legend_below(fig, axes, ncol=2)
     fig.suptitle("Batching knobs: the timeout and the max batch size (Llama-2-7B on one A100-80GB)")

@@ -15,6 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+from cycler import cycler  # matplotlib's own dependency: no import of matplotlib here
 
 PALETTE = ("#0072B2", "#D55E00", "#009E73", "#E69F00", "#CC79A7", "#56B4E9", "#000000")  # Okabe & Ito
 LINESTYLES = ("-", "--", "-.", ":", (0, (5, 1)), (0, (3, 1, 1, 1, 1, 1)), (0, (1, 1)))
@@ -30,13 +31,9 @@ LOOKS = {"paged": 0, "static": 1, "static (max_model_len)": 1, "static (max_toke
          "priority + preemption": 0, "fcfs": 1, "priority, no preemption": 2}
 
 
-def _cycler():
-    from cycler import cycler
-
-    return cycler(color=PALETTE, linestyle=LINESTYLES)  # markers only where asked for: dense lines have none
-
-
 STYLE = {
+    # markers only where asked for (look()): dense lines have none
+    "axes.prop_cycle": cycler(color=PALETTE, linestyle=LINESTYLES),
     "figure.dpi": 110, "savefig.dpi": 200, "savefig.bbox": "tight",
     "font.size": 8, "axes.titlesize": 8.5, "axes.labelsize": 8, "legend.fontsize": 7.5, "xtick.labelsize": 7.5,
     "ytick.labelsize": 7.5, "figure.titlesize": 9,
@@ -56,7 +53,7 @@ def figure(nrows: int = 1, ncols: int = 1, width: float = 2.6, height: float = 2
     default backend on their own; a notebook keeps its inline one."""
     import matplotlib.pyplot as plt
 
-    plt.rcParams.update({**STYLE, "axes.prop_cycle": _cycler()})
+    plt.rcParams.update(STYLE)
     return plt.subplots(nrows, ncols, figsize=(width * ncols, height * nrows), squeeze=False)
 
 

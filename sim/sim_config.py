@@ -82,6 +82,9 @@ class SimConfig:
         check(is_int(self.static_batch_size) and self.static_batch_size >= 1, "static_batch_size",
                 "an integer >= 1")
         check(self.batch_timeout_s >= 0, "batch_timeout_s", ">= 0")
+        # as StaticBatchScheduler checks, but here before a trace is read, and under the option's name
+        check(not self.static_batching or self.static_batch_size <= self.max_num_seqs, "static_batch_size",
+              f"at most max_num_seqs ({self.max_num_seqs}) with static_batching: every step runs the whole batch")
         w = self.priority_weights
         check(w is None or (self.policy == "priority" and len(w) == 3
                               and all(is_number(x) and math.isfinite(x) for x in w)),

@@ -172,7 +172,7 @@ class StaticBatchScheduler(BaseScheduler):
         at the next live member's last token, so that its time is known."""
         if not self.batch or self._step == 0 or self._stopped:
             return 0
-        return min(r.max_output_tokens - r.num_output_base for r in self.batch if self._live(r))
+        return min((r.max_output_tokens - r.num_output_base for r in self.batch if self._live(r)), default=0)
 
     def advance_decode_steps(self, k: int, now: float) -> list[Request]:
         B = len(self.batch)

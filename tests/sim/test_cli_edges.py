@@ -59,6 +59,8 @@ def test_every_output_creates_its_folder(tmp_path, azure_conv):
     (["--trace", "AZURE", "--bandwidth-efficiency", "1e-300"], "SimConfig.bandwidth_efficiency=1e-300: expected"),
     (["--trace", "AZURE", "--time-scale", "inf"], "time_scale=inf: expected a finite value > 0"),
     (["--trace", "AZURE", "--rate", "3"], "rate=3.0: AZURE has arrival times"),
+    (["--trace", "AZURE", "--static-batching", "--max-num-seqs", "2"],
+     "SimConfig.static_batch_size=8: expected at most max_num_seqs (2) with static_batching"),
 ])
 def test_bad_values_are_named(azure_conv, capsys, no_simulation, argv, message):
     argv = [str(azure_conv) if a == "AZURE" else a for a in argv]
