@@ -90,9 +90,9 @@ def plot(sweep: pd.DataFrame, cap: pd.DataFrame):
     loaded = sweep[np.isfinite(sweep.offered_qps)]
     panels = (
         (axes[0, 0], "kv_tokens_perc", 100, "KV pool holding tokens (%)", "memory used, while serving"),
-        (axes[0, 1], "kv_held_holding_tokens", 100, "held KV slots holding tokens (%)",
+        (axes[0, 1], "kv_held_holding_tokens", 100, "held slots with tokens (%)",
          "memory held that is used"),
-        (axes[0, 2], "throughput_req_s", 1, "achieved throughput (req/s)", "throughput"),
+        (axes[0, 2], "throughput_req_s", 1, "achieved (req/s)", "throughput"),
         (axes[1, 0], "ttft_s", 1, "TTFT (s)", "time to first token"),
         (axes[1, 1], "e2e_s", 1, "end-to-end latency (s)", "end-to-end latency"),
     )
@@ -131,7 +131,7 @@ def plot(sweep: pd.DataFrame, cap: pd.DataFrame):
     ax.set_xticks(range(len(cap)), ticks)
     ax.set_xlabel("static: batch size; paged: max_num_seqs")
     ax.set_ylabel("saturation throughput (req/s)")
-    ax.set_title("max QPS (all requests queued at t=0)")
+    ax.set_title("max QPS (all queued at t=0)")
     legend_below(fig, axes, ncol=4)
     fig.suptitle(f"Static batching (batches of {STATIC_BATCH_SIZE}, 10 ms timeout) vs paged continuous batching:\n"
                  "Azure conversation trace, Llama-2-7B on one A100-80GB")

@@ -3,8 +3,9 @@
 - Colours: Okabe & Ito's colour-blind-safe palette. Every series also has its own line style
   and marker, so a figure still reads in greyscale; `look(name)` gives a named system the same
   look in every figure ("paged" is always blue, solid, circles).
-- Size: panels of 2.6 x 2.1 inches with 8-point text, so that a figure of one or two panels
-  reads at a column's width and one of three at a page's, without scaling the text down.
+- Size: 8-point text, and panels of 2.3 x 2.1 inches (up to 3.0 x 2.3 for two across), so that
+  no figure is wider than `MAX_WIDTH_IN`, a page's text width: printed at that width (a figure*
+  in a two-column paper) its text stays 8 points; one panel fits a column.
 - Legends sit outside the data (`legend_below`, `legend_right`); reference lines (the
   article's numbers, capacities, bounds) are grey and labelled, so they are in the legend.
 - Latency distributions mark their p50 (filled circle) and p99 (open triangle): `cdf`, with
@@ -17,6 +18,7 @@ from pathlib import Path
 import numpy as np
 from cycler import cycler  # matplotlib's own dependency: no import of matplotlib here
 
+MAX_WIDTH_IN = 7.25  # a page's text width, with the labels and legends outside the panels
 PALETTE = ("#0072B2", "#D55E00", "#009E73", "#E69F00", "#CC79A7", "#56B4E9", "#000000")  # Okabe & Ito
 LINESTYLES = ("-", "--", "-.", ":", (0, (5, 1)), (0, (3, 1, 1, 1, 1, 1)), (0, (1, 1)))
 MARKERS = ("o", "s", "^", "D", "v", "P", "X")
@@ -48,7 +50,7 @@ def look(series: str | int) -> dict:
     return {"color": PALETTE[i], "ls": LINESTYLES[i], "marker": MARKERS[i]}
 
 
-def figure(nrows: int = 1, ncols: int = 1, width: float = 2.6, height: float = 2.1):
+def figure(nrows: int = 1, ncols: int = 1, width: float = 2.3, height: float = 2.1):
     """A figure in the project's style. Scripts without a display get matplotlib's headless
     default backend on their own; a notebook keeps its inline one."""
     import matplotlib.pyplot as plt

@@ -26,9 +26,20 @@ def load(name: str):
 
 def run_quick(name: str, out: Path) -> pd.DataFrame:
     assert load(name).main(["--quick", "--out", str(out)]) == 0
-    assert (out / f"{name}.png").stat().st_size > 10_000
+    check_figure(out / f"{name}.png")
     check_verdicts((out / "verdicts.txt").read_text())
     return pd.read_csv(out / f"{name}.csv")
+
+
+def check_figure(path: Path) -> None:
+    """A real figure, no wider than a page's text width at the style's resolution (so that its
+    8-point text is printed at 8 points)."""
+    from PIL import Image
+
+    from sim.plots import MAX_WIDTH_IN, STYLE
+
+    assert path.stat().st_size > 10_000
+    assert Image.open(path).size[0] <= MAX_WIDTH_IN * STYLE["savefig.dpi"]
 
 
 def check_verdicts(text: str) -> None:
