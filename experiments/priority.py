@@ -56,8 +56,8 @@ def run(workload: Workload, premium: np.ndarray, qps: float, policy: str) -> lis
 def plot(table: pd.DataFrame):
     fig, axes = figure(1, 3)
     panels = ((axes[0, 0], "premium", "slo_attainment", f"TTFT <= {TTFT_SLO_S:g} s (% of requests)",
-               f"premium requests ({percent(PREMIUM_SHARE)}): within SLO"),
-              (axes[0, 1], "standard", "ttft_s_p90", "TTFT p90 (s)", "standard requests: what priority costs"),
+               f"premium ({percent(PREMIUM_SHARE)}): within SLO"),
+              (axes[0, 1], "standard", "ttft_s_p90", "TTFT p90 (s)", "standard: what priority costs"),
               (axes[0, 2], "standard", "ttft_s_max", "longest TTFT (s)", "standard: the longest wait"))
     for ax, cls, col, ylabel, title in panels:
         for policy in POLICIES:
