@@ -149,8 +149,7 @@ def summary_figure(result, path: str | Path | None = None):
     ax2.set_ylabel("requests")
     ax2.grid(False)
     ax2.spines["right"].set_visible(True)
-    handles = _handles([ax, ax2], _percentile_handles())
-    fig.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=min(len(handles), 4))
+    legend_below(fig, fig.axes, percentiles=True)
     cfg = result.config
     fig.suptitle(f"{result.workload.name}: {cfg.model}, {cfg.replicas} replica(s) of {cfg.tp} x {cfg.hardware}")
     fig.tight_layout()
