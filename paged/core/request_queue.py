@@ -4,11 +4,6 @@ With a static-order policy it is a heap of (key, arrival counter, request): the 
 ties, so a policy's keys may tie. A request that leaves early (abort) is skipped lazily. With a
 dynamic policy (longest prefix match) the order is computed once per scheduling step, when the
 head is first asked for: the cache changes between steps, not while one step admits.
-
-Lazy skipping alone would keep every aborted request behind a head that cannot be admitted
-(20,001 entries for one live request in a probe); so when the dead entries outnumber the live
-ones (and `COMPACT_SLACK`), they are dropped at once. Each compaction removes at least half the
-entries, so it costs O(1) per discard, amortised, and the order of the live ones is kept.
 """
 from __future__ import annotations
 
@@ -17,8 +12,6 @@ import itertools
 
 from .policies import Policy
 from .request import Request, RequestStatus
-
-COMPACT_SLACK = 64  # dead entries always tolerated: a small queue never compacts
 
 
 class RequestQueue:
@@ -73,24 +66,16 @@ class RequestQueue:
             return heapq.heappop(self._heap)[2]
         return self._items.pop()
 
-    @property
-    def num_entries(self) -> int:
-        """Entries held, live and dead: at most 2 x len(self) + COMPACT_SLACK."""
-        return len(self._heap) + len(self._items)
-
     def discard(self, req: Request) -> None:
-        """Forget a member that leaves other than by the head (its status changes, so it is
-        skipped); drop every dead entry when they outnumber the live ones."""
+        """Forget a member that leaves other than by the head (its status changes, so it is skipped).
+        In a heap, skipped members behind a head that cannot be admitted would stay as long as it
+        waits: they are dropped for good once they outnumber the live ones. (A dynamic order drops
+        them every step.)"""
         self._len -= 1
-        if self.num_entries > 2 * self._len + COMPACT_SLACK:
-            def live(r: Request) -> bool:  # `req` still has the status of a member
-                return r is not req and r.status == self.status
-
-            if self.policy.static_order:
-                self._heap = [e for e in self._heap if live(e[2])]
-                heapq.heapify(self._heap)
-            else:
-                self._items[:] = [r for r in self._items if live(r)]
+        heap = self._heap
+        if len(heap) > 2 * self._len:
+            heap[:] = [e for e in heap if e[2].status == self.status and e[2] is not req]
+            heapq.heapify(heap)
 
     def __iter__(self):
         src = (r for _, _, r in self._heap) if self.policy.static_order else iter(self._items)

@@ -8,17 +8,6 @@ until its longest member is done;
 only then are its results returned and its memory released. No chunking, no prefix caching,
 no preemption: the reservation makes them unnecessary, which is exactly what wastes memory.
 
-Its limits are its own. `batch_size` is the number of sequences in every step, so it may not
-exceed `max_num_seqs` (refused at construction). `max_num_batched_tokens` does not apply: a
-static batch is prefilled whole, padded to its longest prompt, in one step (batch_size x the
-longest prompt tokens), because chunking a prefill is exactly what the baseline cannot do.
-
-Latency as a client sees it, streaming: the first token ends the prefill (TTFT), and a request
-that stops before its batch gets its last token then, not when the batch ends. So each request
-keeps the time of its last token (`last_token_time`, reported by `last_token_time()`), and
-its TPOT is the mean gap between its first and last tokens; its `finished_time` stays the end
-of the batch, when its memory is released and its result returned.
-
 It follows the same driver contract as `Scheduler`, so the simulator runs both unchanged.
 """
 from __future__ import annotations
@@ -32,6 +21,18 @@ RESERVE_MODES = ("max_tokens", "max_model_len")
 
 
 class StaticBatchScheduler(BaseScheduler):
+    """Its limits are its own. `batch_size` is the number of sequences in every step, so it may
+    not exceed `max_num_seqs` (refused at construction). `max_num_batched_tokens` does not apply:
+    a static batch is prefilled whole, padded to its longest prompt, in one step (batch_size x
+    the longest prompt tokens), because chunking a prefill is exactly what the baseline cannot do.
+
+    Latency as a client sees it, streaming: the first token ends the prefill (TTFT), and a
+    request that stops before its batch gets its last token then, not when the batch ends. So
+    each request keeps the time of its last token (`last_token_time`, reported by
+    `last_token_time()`), and its TPOT is the mean gap between its first and last tokens; its
+    `finished_time` stays the end of the batch, when its memory is released and its result
+    returned."""
+
     def __init__(self, cache_config: CacheConfig, scheduler_config: SchedulerConfig, batch_size: int = 8,
                  batch_timeout_s: float = 0.010, reserve: str = "max_tokens") -> None:
         if not isinstance(batch_size, int) or batch_size < 1:
