@@ -47,6 +47,13 @@ def check_output_paths(args) -> None:
         target = path if path.exists() else folder
         if not os.access(target, os.W_OK):
             raise ValueError(f"{option} {value}: {target} is not writable; expected a path this user may write")
+        if dest == "plot" and path.suffix:
+            from matplotlib.figure import Figure
+
+            formats = Figure().canvas.get_supported_filetypes()
+            if path.suffix[1:].lower() not in formats:
+                raise ValueError(f"{option} {value}: matplotlib cannot write {path.suffix} files; expected one of "
+                                 f"{sorted(formats)}")
 
 
 def write_outputs(args, result, summary: dict, workload, config) -> None:

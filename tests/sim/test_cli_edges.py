@@ -40,6 +40,12 @@ def test_two_outputs_on_one_path_fail_before_simulating(tmp_path, azure_conv, ca
     assert "--plot" in err and "--json writes the same file" in err
 
 
+def test_a_figure_format_matplotlib_cannot_write_fails_before_simulating(tmp_path, azure_conv, capsys,
+                                                                         no_simulation):
+    err = run(capsys, "--trace", str(azure_conv), "--plot", str(tmp_path / "figure.txt"))
+    assert "matplotlib cannot write .txt files; expected one of" in err and "'png'" in err
+
+
 def test_every_output_creates_its_folder(tmp_path, azure_conv):
     """As --json and --plot always did, so do the CSVs."""
     paths = {opt: tmp_path / opt.strip("-") / "new" / f"x.{ext}" for opt, ext in
