@@ -18,8 +18,7 @@ class RequestLog:
     """One row per workload request, filled in when it leaves the system."""
 
     __slots__ = ("arrival_s", "first_scheduled_s", "first_token_s", "last_token_s", "finished_s", "max_itl_s",
-                 "num_generated",
-                 "num_preemptions", "prefix_hit_tokens", "status", "replica", "itl_s")
+                 "num_generated", "num_preemptions", "prefix_hit_tokens", "status", "replica", "itl_s")
 
     def __init__(self, n: int, record_itl: bool = False) -> None:
         # The arrival time as the scheduler saw it (on the tick grid), so that differences with

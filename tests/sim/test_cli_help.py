@@ -5,6 +5,7 @@ import re
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from sim import SimConfig, Workload, simulate
 from sim.cli import main
@@ -20,10 +21,8 @@ def test_every_option_has_help_and_shows_its_default(capsys):
     for name in ("run", "demo", "fit"):
         for action in subparsers.choices[name]._actions:
             assert action.help, f"python -m sim {name}: {action.option_strings or action.dest} has no help"
-    try:
+    with pytest.raises(SystemExit):
         main(["run", "--help"])
-    except SystemExit:
-        pass
     out = re.sub(r"\s+", " ", capsys.readouterr().out)
     assert "most requests in one step (default: 256)" in out and "(default: None)" not in out
 
