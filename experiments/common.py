@@ -1,5 +1,5 @@
-"""What every experiment shares: its command line, where it writes, the project's figure style
-and colours, and how it states a verdict on a claim of the article.
+"""What every experiment shares: its command line, where it writes and how it states a verdict
+on a claim of the article.
 
 Each experiment runs as `python experiments/NAME.py [--out DIR] [--quick]` from the repo root. It
 writes NAME.csv and NAME.png (plus verdicts.txt) into DIR, by default experiments/results/NAME/
@@ -7,7 +7,9 @@ writes NAME.csv and NAME.png (plus verdicts.txt) into DIR, by default experiment
 whether it held, with the numbers and the conditions. `--quick` runs a small slice (for tests):
 its numbers check the plumbing, not the claims.
 
-Figures use `sim.plots` (the demo's style), so every figure of the project looks alike.
+Figures use `sim.plots` (the demo's style: colour-blind-safe colours, a line style and marker per
+system, legends outside the data), so every figure of the project looks alike. Each verdict
+starts with a one-line headline: what was found, with its number.
 """
 from __future__ import annotations
 
@@ -25,12 +27,7 @@ from sim import SimConfig, Workload, get_model, load_workload, simulate
 MOONCAKE = TRACES / "mooncake_fast25_synthetic_trace.jsonl"
 RESULTS = REPO / "experiments" / "results"
 SATURATION = math.inf  # an offered load: every request arrives at t=0
-
-# One colour per system in every figure.
-COLORS = {"paged": "tab:blue", "static": "tab:red", "static (max_tokens)": "tab:orange",
-          "static (max_model_len)": "tab:red", "with prefix caching": "tab:blue",
-          "without prefix caching": "tab:red"}
-
+HEADLINE_CHARS = 100
 
 def parse_args(name: str, description: str, argv: list[str] | None) -> argparse.Namespace:
     """--out DIR (created) and --quick, the options every experiment has."""
@@ -62,10 +59,17 @@ def write_png(fig, out: Path, stem: str) -> Path:
 class Verdict:
     claim: str  # the article's words
     outcome: str  # "holds", "partly holds" or "does not hold"
+    headline: str  # the answer in one line, with its key number
     evidence: str  # the numbers measured, and the conditions under which they were
 
+    def __post_init__(self) -> None:
+        if "\n" in self.headline or len(self.headline) > HEADLINE_CHARS:
+            raise ValueError(f"Verdict.headline={self.headline!r}: expected one line of at most {HEADLINE_CHARS} "
+                             "characters (the details go in the evidence)")
+
     def __str__(self) -> str:
-        return f"[{self.outcome.upper()}] {self.claim}\n    {self.evidence}"
+        """The headline first, then the claim it answers and the details."""
+        return f"[{self.outcome.upper()}] {self.headline}\n    claim: {self.claim}\n    {self.evidence}"
 
 
 def report(verdicts: list[Verdict], out: Path, files: list[Path]) -> None:

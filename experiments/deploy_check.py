@@ -63,7 +63,7 @@ from paged.serve.replay import replay
 from paged.serve.server_process import free_port
 from paged.workloads.workload import Workload
 from sim import simulate
-from sim.plots import figure
+from sim.plots import figure, legend_below, look
 
 NAME = "deploy_check"
 MODEL = "smollm2-135m"
@@ -232,20 +232,23 @@ def verdicts(table: pd.DataFrame, routers: dict) -> list[Verdict]:
             f"{' < '.join(ranking(routers, 'measured'))}.")
     claim = (f"{REPLICAS} replicas behind each of {', '.join(routers)}: the simulator predicts the deployment within "
              f"{GOAL:.0%} and ranks the routers as measured")
-    return [Verdict(claim, outcome(not len(misses) and same, partly=same or judged.within.any()), text)]
+    headline = (f"{int(judged.within.sum())} of {len(judged)} predictions within their goal; routers ranked "
+                + ("as measured" if same else "unlike the measurement"))
+    return [Verdict(claim, outcome(not len(misses) and same, partly=same or judged.within.any()), headline, text)]
 
 
 def plot(table: pd.DataFrame, names: list[str], title: str):
     metrics = ["ttft_s_mean", "tpot_s_mean", "e2e_s_mean", "throughput_req_s", "prefix_cache_hit_rate"]
-    fig, axes = figure(1, len(metrics), width=2.6, height=2.8)
+    fig, axes = figure(1, len(metrics), width=1.45, height=2.4)  # a page's width
     x = np.arange(len(names))
     for ax, metric in zip(axes[0], metrics, strict=True):
         d = table[table.metric == metric].set_index("router").loc[names]
-        ax.bar(x - 0.2, d.predicted, 0.4, color="#0072B2", label="predicted")
-        ax.bar(x + 0.2, d.measured, 0.4, color="#D55E00", hatch="//", label="measured")
+        ax.bar(x - 0.2, d.predicted, 0.4, color=look("predicted")["color"], label="predicted")
+        ax.bar(x + 0.2, d.measured, 0.4, color=look("measured")["color"], hatch="//", edgecolor="white",
+               label="measured")
         ax.set_xticks(x, [r.replace("_", "\n") for r in names], fontsize=7)
         ax.set_title(metric, fontsize=9)
-    axes[0][0].legend(loc="upper left", fontsize=7)
+    legend_below(fig, axes, ncol=2)
     fig.suptitle(title)
     return fig
 

@@ -34,7 +34,7 @@ from common import (
 from paged.health import FAILURE_RATE, KV_BAND, TOKENS_PER_S_PER_GPU
 from paged.health import P99_LATENCY_S as P99_TTFT_S
 from sim import SimConfig, Workload, simulate
-from sim.plots import figure
+from sim.plots import BAND, REFERENCE, figure, legend_below, look, plain_log
 
 NAME = "health"
 DEPLOYMENTS = (("llama-2-7b", "a100-80gb"), ("llama-2-13b", "a100-80gb"), ("llama-3-8b", "h100"))
@@ -74,23 +74,25 @@ def sweep(workload: Workload, fractions: list[float]) -> pd.DataFrame:
 
 
 def plot(table: pd.DataFrame):
-    fig, axes = figure(2, 2, width=4.6)
-    for name, d in table.groupby("deployment", sort=False):
+    fig, axes = figure(2, 2, width=3.0, height=2.3)
+    for i, (name, d) in enumerate(table.groupby("deployment", sort=False)):
         x = 100 * d.load_of_saturation
-        axes[0, 0].plot(x, d.ttft_s_p99, "o-", label=name)
-        axes[0, 1].plot(x, 100 * d.kv_usage, "o-", label=name)
-        axes[1, 0].plot(x, d.output_tokens_per_s_per_gpu, "o-", label=name)
-        axes[1, 1].plot(100 * d.kv_usage, d.ttft_s_p99, "o-", label=name)
-    axes[0, 0].axhline(P99_TTFT_S, color="0.5", ls="--", label="article: P99 < 1 s")
-    axes[0, 1].axhspan(*(100 * np.array(KV_BAND)), color="0.9", label="article: KV 60-90%")
-    axes[1, 0].axhline(TOKENS_PER_S_PER_GPU, color="0.5", ls="--", label="article: > 500 tokens/s")
-    axes[1, 1].axvspan(*(100 * np.array(KV_BAND)), color="0.9", label="article: KV 60-90%")
-    axes[1, 1].axhline(P99_TTFT_S, color="0.5", ls="--", label="article: P99 < 1 s")
+        style = look(2 + i)  # deployments, not systems: looks of their own
+        axes[0, 0].plot(x, d.ttft_s_p99, label=name, **style)
+        axes[0, 1].plot(x, 100 * d.kv_usage, label=name, **style)
+        axes[1, 0].plot(x, d.output_tokens_per_s_per_gpu, label=name, **style)
+        axes[1, 1].plot(100 * d.kv_usage, d.ttft_s_p99, label=name, **style)
+    for ax in (axes[0, 0], axes[1, 1]):
+        ax.axhline(P99_TTFT_S, label="article: P99 < 1 s", **REFERENCE)
+    axes[0, 1].axhspan(*(100 * np.array(KV_BAND)), label="article: KV usage 60-90%", **BAND)
+    axes[1, 1].axvspan(*(100 * np.array(KV_BAND)), **BAND)
+    axes[1, 0].axhline(TOKENS_PER_S_PER_GPU, label="article: > 500 tokens/s per GPU", **{**REFERENCE, "ls": "-."})
     for ax in (axes[0, 0], axes[1, 1]):
         ax.set_yscale("log")
+        plain_log(ax.yaxis)
         ax.set_ylabel("TTFT p99 (s)")
     for ax in (axes[0, 0], axes[0, 1], axes[1, 0]):
-        ax.set_xlabel("offered load (% of saturation throughput)")
+        ax.set_xlabel("offered load (% of saturation)")
     axes[0, 1].set_ylabel("KV usage while serving (%)")
     axes[1, 0].set_ylabel("output tokens/s per GPU")
     axes[1, 1].set_xlabel("KV usage while serving (%)")
@@ -98,9 +100,8 @@ def plot(table: pd.DataFrame):
     axes[0, 1].set_title("KV usage by load")
     axes[1, 0].set_title("throughput by load")
     axes[1, 1].set_title("tail latency against KV usage")
-    axes[0, 0].legend(loc="upper left")
-    axes[1, 1].legend(loc="upper left")
-    fig.suptitle("Health thresholds on the Azure conversation trace: can one load meet them all?")
+    legend_below(fig, axes, ncol=2)
+    fig.suptitle("Health thresholds on the Azure conversation trace:\ncan one load meet them all?")
     return fig
 
 
@@ -126,6 +127,7 @@ def verdicts(table: pd.DataFrame) -> list[Verdict]:
     return [Verdict(
         "Healthy: KV usage 60-90%, P99 latency < 1 s, > 500 tokens/s per GPU, failure rate < 0.1%",
         outcome(all(healthy), partly=any(healthy)),
+        f"{sum(healthy)} of {len(healthy)} deployments meet all four thresholds at one load",
         f"{sum(healthy)} of {len(healthy)} deployments meet all four at one load. " + ". ".join(texts) + closing)]
 
 

@@ -20,7 +20,7 @@ import pandas as pd
 from common import SATURATION, Verdict, at_load, azure_conv, outcome, parse_args, report, write_csv, write_png
 
 from sim import KV_DTYPES, SimConfig, Workload, simulate
-from sim.plots import figure
+from sim.plots import PALETTE, figure, legend_right
 
 NAME = "kv_compression"
 LOAD_QPS = 3.0
@@ -44,18 +44,19 @@ def plot(table: pd.DataFrame):
     x = np.arange(len(dtypes))
     sat = table[table.offered_qps == SATURATION].set_index("kv_cache_dtype").loc[dtypes]
     load = table[table.offered_qps == LOAD_QPS].set_index("kv_cache_dtype").loc[dtypes]
-    axes[0, 0].bar(x, sat.kv_capacity_tokens / 1e3)
+    axes[0, 0].bar(x, sat.kv_capacity_tokens / 1e3, color=PALETTE[0])
     axes[0, 0].set(ylabel="KV cache capacity (k tokens)", title="tokens that fit")
-    axes[0, 1].bar(x, sat.output_tokens_per_s)
+    axes[0, 1].bar(x, sat.output_tokens_per_s, color=PALETTE[0])
     axes[0, 1].set(ylabel="output tokens/s at saturation", title="throughput")
-    for i, q in enumerate(("p50", "p90")):
-        axes[0, 2].bar(x + (i - 0.5) * 0.4, 1e3 * load[f"tpot_s_{q}"], width=0.4, label=f"TPOT {q}")
+    for i, (q, hatch) in enumerate((("p50", None), ("p99", "///"))):
+        axes[0, 2].bar(x + (i - 0.5) * 0.4, 1e3 * load[f"tpot_s_{q}"], width=0.4, label=f"TPOT {q}",
+                       color=PALETTE[i], hatch=hatch, edgecolor="white")
     axes[0, 2].set(ylabel="ms per output token", title=f"decode latency at {LOAD_QPS:g} req/s")
-    axes[0, 2].legend(loc="upper right")
     for ax in axes[0]:
         ax.set_xticks(x, dtypes)
         ax.set_xlabel("kv_cache_dtype")
-    fig.suptitle("Compressed KV cache: Azure conv trace, Llama-2-7B on A100-80GB")
+    legend_right(axes[0, 2])
+    fig.suptitle("Compressed KV cache: Azure conversation trace, Llama-2-7B on one A100-80GB")
     return fig
 
 
@@ -70,7 +71,10 @@ def verdicts(table: pd.DataFrame) -> list[Verdict]:
                      f"{sat.loc[d, 'output_tokens_per_s'] / base.output_tokens_per_s:.2f}x throughput, TPOT p50 "
                      f"{1e3 * load.loc[d, 'tpot_s_p50']:.1f} ms" for d in sat.index)
     claim = "Compressed KV (4-bit or 8-bit) trades memory for time"
+    smallest = sat.kv_capacity_tokens.idxmax()
     return [Verdict(claim, outcome(more and bool(slower), partly=more),
+                    f"{smallest} holds {sat.loc[smallest, 'kv_capacity_tokens'] / base.kv_capacity_tokens:.1f}x the "
+                    f"tokens of fp16; {'decoding is slower for ' + ', '.join(slower) if slower else 'no time is lost'}",
                     f"{text}. Memory: holds. Time: "
                     + (f"{', '.join(slower)} decode slower than fp16." if slower else
                        "no dtype decodes slower than fp16: the step is memory-bound, so reading fewer KV bytes saves "

@@ -20,7 +20,7 @@ import pandas as pd
 from common import MOONCAKE, Verdict, log_x, outcome, parse_args, percent, report, write_csv, write_png
 
 from sim import SimConfig, Workload, get_hardware, get_model, load_workload, plan_kv_cache, simulate
-from sim.plots import figure
+from sim.plots import P50, REFERENCE, figure, legend_below, look, plain_log
 
 NAME = "prefix_hit_rate"
 CONFIG = SimConfig(model="llama-3.1-8b", hardware="h200")
@@ -54,24 +54,26 @@ def run(workload: Workload, num_gpu_blocks: int, block_gib: float) -> dict:
 
 
 def plot(table: pd.DataFrame, bound: float, gpu_gib: float):
-    fig, axes = figure(1, 2, width=4.6)
+    fig, axes = figure(1, 2, width=3.0)
     ax = axes[0, 0]
-    ax.plot(table.cache_gib, 100 * table.prefix_cache_hit_rate, marker="o", ms=3, label="simulated (LRU)")
-    ax.axhline(100 * bound, color="grey", ls="--", lw=0.8, label=f"unlimited cache: {percent(bound)}")
-    ax.set_ylabel("prefix cache hit rate (% of prompt tokens)")
-    ax.set_ylim(0, 100)
+    ax.plot(table.cache_gib, 100 * table.prefix_cache_hit_rate, label="hit rate, simulated (LRU)", **look(0))
+    ax.axhline(100 * bound, label=f"hit rate, unlimited cache: {percent(bound)}", **REFERENCE)
+    ax.set_ylabel("hit rate (% of prompt tokens)")
+    ax.set_ylim(bottom=0)
     ax.set_title("hit rate vs cache size")
     ax2 = axes[0, 1]
-    ax2.plot(table.cache_gib, table.ttft_s_p50, marker="o", ms=3, label="p50")
-    ax2.plot(table.cache_gib, table.ttft_s_p90, marker="o", ms=3, label="p90")
+    ax2.plot(table.cache_gib, table.ttft_s_p50, label="TTFT p50", **{**look(0), "marker": P50["marker"]})
+    ax2.plot(table.cache_gib, table.ttft_s_p90, label="TTFT p90", **{**look(0), "ls": "--", "marker": "s",
+                                                                         "mfc": "white"})
     ax2.set_yscale("log")
+    plain_log(ax2.yaxis)
     ax2.set_ylabel("TTFT (s)")
     ax2.set_title("time to first token vs cache size")
     ticks = [4**k for k in range(1, 8) if table.cache_gib.min() / 1.5 <= 4**k <= table.cache_gib.max()]
     for a in (ax, ax2):
         log_x(a, ticks, "KV cache size (GiB, fp16)")
-        a.axvline(gpu_gib, color="tab:red", ls=":", lw=0.8, label=f"one H200: {gpu_gib:.0f} GiB")
-        a.legend(loc="upper left" if a is ax else "upper right")
+        a.axvline(gpu_gib, label=f"one H200's KV memory: {gpu_gib:.0f} GiB", **{**REFERENCE, "ls": ":"})
+    legend_below(fig, axes, ncol=2)
     fig.suptitle(f"Mooncake trace (arrivals x{TIME_SCALE:g}): {CONFIG.model} on {CONFIG.hardware}, "
                  f"block size {CONFIG.block_size}")
     return fig
@@ -83,6 +85,8 @@ def verdicts(table: pd.DataFrame, bound: float, gpu_blocks: int) -> list[Verdict
     grows = bool(np.all(np.diff(table.prefix_cache_hit_rate) >= -0.005))
     return [Verdict("The prefix hit rate grows with the cache, up to the trace's reuse",
                     outcome(grows and large.prefix_cache_hit_rate >= 0.9 * bound),
+                    f"hit rate {percent(small.prefix_cache_hit_rate)} -> {percent(large.prefix_cache_hit_rate)} "
+                    f"from {small.cache_gib:.0f} to {large.cache_gib:.0f} GiB (unlimited: {percent(bound)})",
                     f"{percent(small.prefix_cache_hit_rate)} at {small.cache_gib:.0f} GiB, "
                     f"{percent(at_gpu.prefix_cache_hit_rate)} at {at_gpu.cache_gib:.0f} GiB (one H200's KV "
                     f"memory), {percent(large.prefix_cache_hit_rate)} at {large.cache_gib:.0f} GiB, against "

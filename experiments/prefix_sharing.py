@@ -17,10 +17,10 @@ import math
 import sys
 
 import pandas as pd
-from common import COLORS, Verdict, outcome, parse_args, percent, report, write_csv, write_png
+from common import Verdict, outcome, parse_args, percent, report, write_csv, write_png
 
 from sim import SimConfig, get_hardware, get_model, plan_kv_cache, shared_prefix_workload, simulate
-from sim.plots import figure
+from sim.plots import REFERENCE, figure, legend_below, look
 
 NAME = "prefix_sharing"
 NUM_REQUESTS = 100
@@ -59,30 +59,28 @@ def sweep(prefixes: list[int]) -> pd.DataFrame:
 
 
 def plot(table: pd.DataFrame):
-    fig, axes = figure(1, 2, width=4.6)
+    fig, axes = figure(1, 2, width=3.0)
     ax = axes[0, 0]
     for caching, label in ((False, "without prefix caching"), (True, "with prefix caching")):
         d = table[table.prefix_caching == caching]
-        ax.plot(d.prefix_tokens, d.peak_kv_gib, marker="o", ms=3, color=COLORS[label], label=label)
+        ax.plot(d.prefix_tokens, d.peak_kv_gib, label=label, **look(label))
     plan = plan_kv_cache(get_model(CONFIG.model), get_hardware(CONFIG.hardware))
-    ax.axhline(plan.kv_bytes / 2**30, color="grey", ls=":", lw=0.8, label="A100-80GB KV capacity")
+    ax.axhline(plan.kv_bytes / 2**30, label="A100-80GB KV capacity", **{**REFERENCE, "ls": ":"})
     ax.set_xlabel("shared system prompt (tokens)")
     ax.set_ylabel("peak KV memory (GiB)")
     ax.set_title(f"{NUM_REQUESTS} concurrent requests, one shared prompt")
-    ax.legend(loc="upper left")
     ax = axes[0, 1]
     d = table[table.prefix_caching]
-    ax.plot(100 * d.prefix_share, 100 * d.kv_saved, marker="o", ms=3, color=COLORS["with prefix caching"],
-            label="measured")
-    ax.plot(100 * d.prefix_share, 100 * d.kv_saved_ideal, color="grey", ls="--", lw=0.8,
-            label="all but one copy of the prefix")
-    ax.axhline(40, color=COLORS["without prefix caching"], ls=":", lw=0.8, label="article: > 40%")
+    ax.plot(100 * d.prefix_share, 100 * d.kv_saved, label="saved, measured", **look("with prefix caching"))
+    ax.plot(100 * d.prefix_share, 100 * d.kv_saved_ideal, label="saved, all but one copy of the prefix",
+            **{**look(2), "marker": "none"})
+    ax.axhline(40, label="article: > 40%", **REFERENCE)
     ax.set_xlabel("shared prefix / tokens of a request (%)")
     ax.set_ylabel("KV memory saved (%)")
     ax.set_title("memory saved by sharing")
-    ax.legend(loc="upper left")
-    fig.suptitle(f"Prefix sharing: {SUFFIX_TOKENS}-token own prompt and {OUTPUT_TOKENS} output tokens per request, "
-                 "Llama-2-7B on A100-80GB")
+    legend_below(fig, axes, ncol=3)
+    fig.suptitle(f"Prefix sharing: {SUFFIX_TOKENS}-token own prompt and {OUTPUT_TOKENS} output tokens per "
+                 "request,\nLlama-2-7B on one A100-80GB")
     return fig
 
 
@@ -98,6 +96,8 @@ def verdicts(table: pd.DataFrame) -> list[Verdict]:
     together = "all running at once" if concurrent == NUM_REQUESTS else f"at least {concurrent} running at once"
     return [Verdict(f"{NUM_REQUESTS} concurrent requests sharing a prefix: KV memory down more than 40%",
                     outcome(saved > 0.4 and len(over) == len(d[d.index > 0]), partly=len(over) > 0),
+                    f"a {headline}-token shared prompt saves {percent(saved)}; over 40% "
+                    + (f"from {over.index.min()} tokens up" if len(over) else "at no length tried"),
                     f"a {headline}-token shared prompt saves {percent(saved)} of peak KV memory "
                     f"({d.loc[headline, 'peak_kv_gib']:.1f} vs "
                     f"{table[~table.prefix_caching].set_index('prefix_tokens').loc[headline, 'peak_kv_gib']:.1f} GiB, "

@@ -19,19 +19,17 @@ from dataclasses import replace
 
 import numpy as np
 import pandas as pd
-from common import COLORS, Verdict, at_load, azure_conv, outcome, parse_args, percent, report, write_csv, write_png
+from common import Verdict, at_load, azure_conv, outcome, parse_args, percent, report, write_csv, write_png
 
 from paged.core.policies import FCFS, Priority
 from sim import SimConfig, Workload, simulate
-from sim.plots import figure
+from sim.plots import figure, legend_below, look
 
 NAME = "priority"
 PREMIUM_SHARE, PREMIUM_VALUE = 0.10, 30.0
 TTFT_SLO_S = 1.0
 POLICIES = {"fcfs": FCFS(), "priority + preemption": Priority(a=1.0, b=0.0, c=1.0),
             "priority, no preemption": Priority(a=1.0, b=0.0, c=1.0, preemptive=False)}
-STYLES = {"fcfs": (COLORS["static"], "-"), "priority + preemption": (COLORS["paged"], "-"),
-          "priority, no preemption": (COLORS["paged"], "--")}
 
 
 def with_values(workload: Workload) -> tuple[Workload, np.ndarray]:
@@ -57,23 +55,19 @@ def run(workload: Workload, premium: np.ndarray, qps: float, policy: str) -> lis
 
 def plot(table: pd.DataFrame):
     fig, axes = figure(1, 3)
-    panels = ((axes[0, 0], "premium", "slo_attainment"), (axes[0, 1], "standard", "slo_attainment"),
-              (axes[0, 2], "standard", "ttft_s_max"))
-    for ax, cls, col in panels:
+    panels = ((axes[0, 0], "premium", "slo_attainment", f"TTFT <= {TTFT_SLO_S:g} s (% of requests)",
+               f"premium ({percent(PREMIUM_SHARE)}): within SLO"),
+              (axes[0, 1], "standard", "ttft_s_p90", "TTFT p90 (s)", "standard: what priority costs"),
+              (axes[0, 2], "standard", "ttft_s_max", "longest TTFT (s)", "standard: the longest wait"))
+    for ax, cls, col, ylabel, title in panels:
         for policy in POLICIES:
             d = table[(table["class"] == cls) & (table.policy == policy)]
-            color, ls = STYLES[policy]
-            ax.plot(d.offered_qps, 100 * d[col] if col == "slo_attainment" else d[col], marker="o", ms=3,
-                    color=color, ls=ls, label=policy)
-        ax.set_xlabel("offered load (req/s)")
-        if col == "slo_attainment":
-            ax.set(ylabel=f"TTFT <= {TTFT_SLO_S:g} s (% of requests)", ylim=(0, 101),
-                   title=f"{cls} requests ({percent(PREMIUM_SHARE) if cls == 'premium' else 'the rest'})")
-        else:
-            ax.set(ylabel="longest TTFT (s)", title="standard requests: the longest wait (starvation?)")
-    axes[0, 0].legend(loc="lower left")
-    fig.suptitle(f"Dynamic priority (value {PREMIUM_VALUE:g} s head start for {percent(PREMIUM_SHARE)} of requests) vs "
-                 "FCFS: Azure conv trace, Llama-2-7B on A100-80GB")
+            ax.plot(d.offered_qps, 100 * d[col] if col == "slo_attainment" else d[col], label=policy, **look(policy))
+        ax.set(xlabel="offered load (req/s)", ylabel=ylabel, title=title)
+    axes[0, 0].set_ylim(0, 101)
+    legend_below(fig, axes, ncol=3)
+    fig.suptitle(f"Dynamic priority ({PREMIUM_VALUE:g} s head start for {percent(PREMIUM_SHARE)} of requests) vs "
+                 "FCFS:\nAzure conversation trace, Llama-2-7B on one A100-80GB")
     return fig
 
 
@@ -91,12 +85,17 @@ def verdicts(table: pd.DataFrame) -> list[Verdict]:
     def figures(q: float, policy: str) -> str:
         p, s = t.loc[(q, policy, "premium")], t.loc[(q, policy, "standard")]
         return (f"{policy}: premium {percent(p.slo_attainment)} within SLO (p90 {p.ttft_s_p90:.2f} s), standard "
-                f"{percent(s.slo_attainment)} (longest {s.ttft_s_max:.0f} s), {int(p.num_preemptions)} preemptions, "
-                f"{p.throughput_req_s:.2f} req/s")
+                f"{percent(s.slo_attainment)} (p90 {s.ttft_s_p90:.1f} s, longest {s.ttft_s_max:.0f} s), "
+                f"{int(p.num_preemptions)} preemptions, {p.throughput_req_s:.2f} req/s")
 
+    q = contended[-1]
+    cost = t.loc[(q, prio, "standard"), "ttft_s_p90"], t.loc[(q, fcfs, "standard"), "ttft_s_p90"]
+    headline = (f"at {q:g} req/s premium meets the SLO {percent(t.loc[(q, prio, 'premium'), 'slo_attainment'])} "
+                f"vs {percent(t.loc[(q, fcfs, 'premium'), 'slo_attainment'])}; standard p90 TTFT "
+                f"{cost[1]:.1f} -> {cost[0]:.1f} s")
     text = " | ".join(f"{q:g} req/s: " + "; ".join(figures(q, policy) for policy in POLICIES) for q in contended)
     return [Verdict("Priority = a*wait + b*expected_latency + c*business_value, with preemption, serves value first",
-                    outcome(helps and starve < 1.5, partly=helps),
+                    outcome(helps and starve < 1.5, partly=helps), headline,
                     f"{text}. The longest standard wait grows at most x{starve:.2f}: aging bounds it, and once queues "
                     f"are longer than the {PREMIUM_VALUE:g} s head start, premium requests queue too. At "
                     f"{light.offered_qps.min():g} req/s every policy meets the SLO for at "

@@ -21,7 +21,6 @@ import sys
 import numpy as np
 import pandas as pd
 from common import (
-    COLORS,
     SATURATION,
     Verdict,
     at_load,
@@ -36,7 +35,7 @@ from common import (
 )
 
 from sim import SimConfig, Workload, simulate
-from sim.plots import figure
+from sim.plots import REFERENCE, figure, legend_below, look, plain_log
 
 NAME = "static_vs_paged"
 STATIC_BATCH_SIZE = 8
@@ -90,45 +89,52 @@ def plot(sweep: pd.DataFrame, cap: pd.DataFrame):
     fig, axes = figure(2, 3)
     loaded = sweep[np.isfinite(sweep.offered_qps)]
     panels = (
-        (axes[0, 0], "kv_tokens_perc", 100, "KV pool holding tokens (%)", "memory actually used, while serving"),
-        (axes[0, 1], "kv_held_holding_tokens", 100, "held KV slots holding tokens (%)",
-         "memory held (reserved / allocated) that is used"),
-        (axes[0, 2], "throughput_req_s", 1, "achieved throughput (req/s)", "throughput"),
-        (axes[1, 0], "ttft_s_p50", 1, "TTFT p50 (s)", "time to first token"),
-        (axes[1, 1], "e2e_s_p50", 1, "end-to-end latency p50 (s)", "end-to-end latency"),
+        (axes[0, 0], "kv_tokens_perc", 100, "KV pool holding tokens (%)", "memory used, while serving"),
+        (axes[0, 1], "kv_held_holding_tokens", 100, "held slots with tokens (%)",
+         "memory held that is used"),
+        (axes[0, 2], "throughput_req_s", 1, "achieved (req/s)", "throughput"),
+        (axes[1, 0], "ttft_s", 1, "TTFT (s)", "time to first token"),
+        (axes[1, 1], "e2e_s", 1, "end-to-end latency (s)", "end-to-end latency"),
     )
     for ax, col, scale, ylabel, title in panels:
-        for label, _, reserve in SYSTEMS:
+        for label, _, _ in SYSTEMS:
             d = loaded[loaded.system == label]
-            ax.plot(d.offered_qps, scale * d[col], marker="o", ms=3, color=COLORS[label], label=label,
-                    ls="--" if reserve == "max_tokens" and label != "paged" else "-")  # the static pair overlaps
+            # The two static systems coincide on every panel but the first two: the one drawn first
+            # is wide with open markers, so the other, drawn over it, leaves it visible.
+            wide = {"lw": 2.6, "ms": 6.5, "mfc": "none"} if label == "static (max_model_len)" else {}
+            if col in ("ttft_s", "e2e_s"):  # p50 (filled markers) and p99 (open, thin)
+                ax.plot(d.offered_qps, d[f"{col}_p50"], label=label, **{**look(label), **wide})
+                ax.plot(d.offered_qps, d[f"{col}_p99"], **{**look(label), "lw": 0.8, "mfc": "white", "ms": 4})
+                ax.set_yscale("log")
+                plain_log(ax.yaxis)
+            else:
+                ax.plot(d.offered_qps, scale * d[col], label=label, **{**look(label), **wide})
         log_x(ax, [t for t in (0.25, 0.5, 1, 2, 4, 8) if t <= loaded.offered_qps.max()], "offered load (req/s)")
         ax.set_ylabel(ylabel)
         ax.set_title(title)
-        if col.startswith(("ttft", "e2e")):
-            ax.set_yscale("log")
+    axes[1, 0].set_title("TTFT: p50 filled, p99 open")
+    axes[1, 1].set_title("end-to-end: p50 filled, p99 open")
     d = loaded[loaded.system == "static (max_model_len)"]
-    axes[0, 0].plot(d.offered_qps, 100 * d.kv_usage_perc, ls=":", color=COLORS["static (max_model_len)"],
-                    label="static (max_model_len): reserved")
+    axes[0, 0].plot(d.offered_qps, 100 * d.kv_usage_perc, label="static (max_model_len): reserved",
+                    **{**look("static (max_model_len)"), "ls": ":", "marker": "x"})
     offered = np.sort(loaded.offered_qps.unique())
-    axes[0, 2].plot(offered, offered, color="grey", lw=0.8, ls=":", label="offered")
+    axes[0, 2].plot(offered, offered, label="offered load", **{**REFERENCE, "ls": ":"})
     for ax in axes[0, :2]:
-        for pct in (30, 75):
-            ax.axhline(pct, color="grey", lw=0.6, ls=":")
-    axes[0, 0].legend(loc="upper left")
-    axes[0, 2].legend(loc="upper left")
+        ax.axhline(30, label="article: static < 30%", **{**REFERENCE, "ls": "--"})
+        ax.axhline(75, label="article: paged > 75%", **{**REFERENCE, "ls": "-."})
     ax = axes[1, 2]
-    static = cap.system != "paged"
-    for mask, label in ((static, "static"), (~static, "paged")):
-        x = np.flatnonzero(mask.to_numpy())
-        ax.bar(x, cap.throughput_req_s[mask], color=COLORS[label], label=label)
-    ax.set_xticks(range(len(cap)), [str(b) for b in cap.max_batch_size])
-    ax.set_xlabel("max batch size (static: batch size; paged: max_num_seqs)")
+    static = (cap.system != "paged").to_numpy()
+    x = np.arange(len(cap)) + 0.6 * ~static  # a gap between the two groups
+    for mask, label, hatch in ((static, "static (max_model_len)", "///"), (~static, "paged", None)):
+        ax.bar(x[mask], cap.throughput_req_s[mask], color=look(label)["color"], hatch=hatch, edgecolor="white",
+               label=f"max QPS: {label.split()[0]} by {'max_num_seqs' if label == 'paged' else 'batch size'}")
+    ax.set_xticks(x, [str(b) for b in cap.max_batch_size])
+    ax.set_xlabel("batch size | max_num_seqs")
     ax.set_ylabel("saturation throughput (req/s)")
-    ax.set_title("max QPS (all requests queued at t=0)")
-    ax.legend(loc="upper left")
-    fig.suptitle(f"Static batching (batches of {STATIC_BATCH_SIZE}, 10 ms timeout) vs paged continuous batching: "
-                 "Azure conv trace, Llama-2-7B on A100-80GB")
+    ax.set_title("max QPS (all queued at t=0)")
+    legend_below(fig, axes, ncol=3)
+    fig.suptitle(f"Static batching (batches of {STATIC_BATCH_SIZE}, 10 ms timeout) vs paged continuous batching:\n"
+                 "Azure conversation trace, Llama-2-7B on one A100-80GB")
     return fig
 
 
@@ -150,16 +156,21 @@ def verdicts(sweep: pd.DataFrame, cap: pd.DataFrame) -> list[Verdict]:
     ratio_text = ", ".join(f"max_num_seqs {b}: {r:.1f}x" for b, r in ratios.items())
     return [
         Verdict("Static batching leaves KV memory under 30% used", outcome(static_ok, partly=static_pool < 0.3),
+                f"static uses at most {percent(static_pool)} of the pool; {percent(eff_ml)} of what it reserves "
+                "holds tokens",
                 f"static batches of {STATIC_BATCH_SIZE} never fill more than {percent(static_pool)} of the pool with "
                 f"tokens at any load (batch size, not memory, is the limit); of the memory they reserve, "
                 f"{percent(eff_ml)} holds tokens when reserving max_model_len, but {percent(eff_mt)} with an "
                 "oracle reservation of the true output length."),
         Verdict("Paging keeps KV memory above 75% used", outcome(paged_ok, partly=paged_eff > 0.75 or len(full) > 0),
+                f"{percent(paged_eff)}+ of what paging holds is used; the pool is over 75% full {above}",
                 f"{percent(paged_eff)} or more of the blocks paging holds carry tokens at every load (only the last "
                 f"block of a sequence is partly empty); the pool itself is over 75% full only under load: {above} "
                 f"(paging's own capacity is {paged_max:.2f} req/s; at saturation {paged_sat}): below capacity, "
                 "memory follows demand and stays free."),
         Verdict("Paging serves 3-5x the QPS of static batching", outcome(False, partly=bool(in_range)),
+                f"paging serves {min(ratios.values()):.1f}-{max(ratios.values()):.1f}x static's max QPS, "
+                "depending on max_num_seqs",
                 f"saturation throughput of paging over static batches of {STATIC_BATCH_SIZE} "
                 f"({static8:.2f} req/s): {ratio_text}. In the 3-5x range for max_num_seqs "
                 f"{in_range or 'none'}; a larger max_num_seqs exceeds it, an equal one falls short."),

@@ -18,11 +18,13 @@ def stats_of(values: np.ndarray) -> dict[str, float]:
     return {"mean": float(v.mean()), "p50": float(p50), "p90": float(p90), "p99": float(p99)}
 
 
-def tpot(first_token_s: np.ndarray, finished_s: np.ndarray, num_generated: np.ndarray) -> np.ndarray:
-    """A request's time per output token, vLLM's (E2E - TTFT) / (tokens - 1); NaN under 2 tokens."""
+def tpot(first_token_s: np.ndarray, last_token_s: np.ndarray, num_generated: np.ndarray) -> np.ndarray:
+    """A request's time per output token as a streaming client sees it, (last token - first
+    token) / (tokens - 1): vLLM's (E2E - TTFT) / (tokens - 1) wherever a request ends at its last
+    token (a static batch ends its members later); NaN under 2 tokens."""
     gen = np.asarray(num_generated, dtype=np.float64)
     with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(gen > 1, (finished_s - first_token_s) / (gen - 1), np.nan)
+        return np.where(gen > 1, (last_token_s - first_token_s) / (gen - 1), np.nan)
 
 
 def goodput(finished: np.ndarray, ttft_s: np.ndarray, tpot_s: np.ndarray, ttft_slo_s: float, tpot_slo_s: float,
@@ -47,15 +49,27 @@ def jsonable(x):
     return x
 
 
+# What a reader would otherwise misread, said beside the value (docs/summary_keys.md has every key).
+NOTES = {
+    "num_capped": "requests cut to fit max_model_len before simulating: the prompt to max_model_len - 1 tokens, "
+                  "the output to what is left; --no-cap sends them whole, to be rejected",
+    "busy_fraction": "of the time some request was in a step: not GPU utilisation",
+    "kv_tokens_mean": "of the KV slots held a token: a fraction, not a count",
+}
+
+
 def format_summary(s: dict) -> str:
-    """The summary as an aligned text table."""
+    """The summary as an aligned text table, with a note where a value is easily misread, and
+    where every key is explained."""
     lines = []
     for k, v in s.items():
         if isinstance(v, dict):
             v = "  ".join(f"{q} {_fmt(x)}" for q, x in v.items())
         else:
             v = _fmt(v)
-        lines.append(f"{k:<28} {v}")
+        note = NOTES.get(k) if s[k] else None  # nothing capped: nothing to explain
+        lines.append(f"{k:<28} {v}" + (f"  # {note}" if note else ""))
+    lines.append("(every key: docs/summary_keys.md)")
     return "\n".join(lines)
 
 

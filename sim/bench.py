@@ -59,9 +59,11 @@ def run_case(name: str, num_requests: int | None, fast_path: bool, rate: float) 
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m sim.bench", description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true")
-    p.add_argument("--rate", type=float, default=5.0)
+    p = argparse.ArgumentParser(prog="python -m sim bench", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="2,000 Azure and 10k / 30k synthetic requests (under a "
+                                                        "minute) instead of the whole trace and 100k-1M (minutes)")
+    p.add_argument("--rate", type=float, default=5.0, help="requests/s of the synthetic cases' Poisson arrivals")
     p.add_argument("--case", nargs=3, metavar=("NAME", "N", "FAST"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.case:
@@ -73,7 +75,13 @@ def main(argv: list[str] | None = None) -> int:
     cases = [(c, azure_n, f) for c in ("azure", "azure-h100") for f in ("1", "0")]
     cases += [("synthetic", str(n), "1") for n in sizes]
     rows = []
-    for case in cases:
+    print(f"{len(cases)} cases, each in a fresh process; "
+          f"{'under a minute' if args.quick else 'several minutes in all (--quick: under a minute)'}",
+          file=sys.stderr, flush=True)
+    for i, case in enumerate(cases, 1):
+        name, n, fast = case
+        print(f"[{i}/{len(cases)}] {name}: {n} requests, fast path {'on' if fast == '1' else 'off'} ...",
+              file=sys.stderr, flush=True)
         r = subprocess.run([sys.executable, "-m", "sim.bench", "--rate", str(args.rate), "--case", *case],
                            capture_output=True, text=True, check=True)
         rows.append(json.loads(r.stdout.strip().splitlines()[-1]))

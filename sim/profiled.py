@@ -138,6 +138,12 @@ def read_profile(path: str | Path) -> dict:
         prof = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
         raise ValueError(f"{path}: not valid JSON ({e})") from None
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path}: byte {e.start} is not UTF-8 text: expected a {PROFILE_FORMAT} JSON file "
+                         "(python -m paged.engine profile writes one), or 'roofline'") from None
+    except OSError as e:
+        raise ValueError(f"{path}: cannot read the cost model profile ({e.strerror}): expected a {PROFILE_FORMAT} "
+                         "JSON file, or 'roofline'") from None
     if not isinstance(prof, dict) or prof.get("format") != PROFILE_FORMAT:
         got = prof.get("format") if isinstance(prof, dict) else type(prof).__name__
         raise ValueError(f"{path}: format={got!r}: expected {PROFILE_FORMAT!r}")

@@ -17,8 +17,8 @@ TIMESERIES_COLUMNS = ("time_s", "kv_usage", "kv_tokens", "fragmentation", "num_r
 class RequestLog:
     """One row per workload request, filled in when it leaves the system."""
 
-    __slots__ = ("arrival_s", "first_scheduled_s", "first_token_s", "finished_s", "max_itl_s", "num_generated",
-                 "num_preemptions", "prefix_hit_tokens", "status", "replica", "itl_s")
+    __slots__ = ("arrival_s", "first_scheduled_s", "first_token_s", "last_token_s", "finished_s", "max_itl_s",
+                 "num_generated", "num_preemptions", "prefix_hit_tokens", "status", "replica", "itl_s")
 
     def __init__(self, n: int, record_itl: bool = False) -> None:
         # The arrival time as the scheduler saw it (on the tick grid), so that differences with
@@ -26,6 +26,7 @@ class RequestLog:
         self.arrival_s = np.full(n, np.nan)
         self.first_scheduled_s = np.full(n, np.nan)
         self.first_token_s = np.full(n, np.nan)
+        self.last_token_s = np.full(n, np.nan)  # its client's last token: before finished_s in a static batch
         self.finished_s = np.full(n, np.nan)
         self.max_itl_s = np.full(n, np.nan)  # longest inter-token latency (requests of 2+ tokens)
         self.num_generated = np.zeros(n, dtype=np.int32)
@@ -36,7 +37,7 @@ class RequestLog:
         # every inter-token latency of every request, when asked for (a float array per request)
         self.itl_s: list[np.ndarray | None] | None = [None] * n if record_itl else None
 
-    def record(self, req: Request, replica: int, max_itl_s: float = np.nan) -> None:
+    def record(self, req: Request, replica: int, last_token_s: float | None, max_itl_s: float = np.nan) -> None:
         i = int(req.request_id)
         self.max_itl_s[i] = max_itl_s
         self.arrival_s[i] = req.arrival_time
@@ -46,6 +47,8 @@ class RequestLog:
             self.first_token_s[i] = req.first_token_time
         if req.finished_time is not None:
             self.finished_s[i] = req.finished_time
+        if last_token_s is not None:
+            self.last_token_s[i] = last_token_s
         self.num_generated[i] = req.num_output_tokens
         self.num_preemptions[i] = req.num_preemptions
         self.prefix_hit_tokens[i] = max(req.num_cached_tokens, 0)

@@ -87,7 +87,7 @@ class Replica:
             self._sample(now)
         self.scheduler.add_request(req)
         if req.is_finished:  # rejected: it can never run here
-            self.log.record(req, self.index)
+            self.log.record(req, self.index, None)
             return
         self.outstanding += 1
         if self.idle:
@@ -224,11 +224,12 @@ class Replica:
                     times = self.token_times.pop(req.request_id, [])
                     self.log.itl_s[int(req.request_id)] = np.diff(np.array(times, dtype=np.int64)) / TICKS_PER_S
                 stall = self.longest_stall.pop(req.request_id, 0)
+                last = sched.last_token_time(req)
                 if req.num_output_tokens > 1:
                     since = self.longest_step.since(to_ticks(req.first_token_time))
-                    record(req, index, max(since, stall) / TICKS_PER_S)
+                    record(req, index, last, max(since, stall) / TICKS_PER_S)
                 else:
-                    record(req, index)
+                    record(req, index, last)
             self.outstanding -= len(finished)
         if self.fast_path:
             self._k = sched.max_uniform_decode_steps()

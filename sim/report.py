@@ -57,15 +57,17 @@ class SimResult:
         lg = self.log
         arrival = lg.arrival_s
         return {"queueing_delay_s": lg.first_scheduled_s - arrival, "ttft_s": lg.first_token_s - arrival,
-                "tpot_s": tpot(lg.first_token_s, lg.finished_s, lg.num_generated),
+                "tpot_s": tpot(lg.first_token_s, lg.last_token_s, lg.num_generated),
                 "e2e_s": lg.finished_s - arrival}
 
     @property
     def requests(self):
         """One row per request of the workload (pandas DataFrame).
 
-        Inter-token latencies: a request's mean ITL is its `tpot_s` (vLLM's definition, (E2E -
-        TTFT) / (tokens - 1)), its longest is `max_itl_s` (a preemption stall shows there).
+        Inter-token latencies: a request's mean ITL is its `tpot_s` (vLLM's definition, (last
+        token - first token) / (tokens - 1), as a streaming client sees it; the last token is the
+        finish, except in a static batch, which ends after its longest member), its longest is
+        `max_itl_s` (a preemption stall shows there).
         Every ITL of every request, in order, is the `itl_s` column (an array per request) when
         the run was asked for it (`SimConfig.record_itl`): off by default, as at ~200 tokens a
         request a million-request trace would hold 200M floats, and recording visits every
@@ -82,7 +84,8 @@ class SimResult:
                 "num_prompt_tokens": w.num_prompt_tokens, "num_output_tokens": w.num_output_tokens,
                 "num_generated": lg.num_generated, "prefix_hit_tokens": lg.prefix_hit_tokens,
                 "first_scheduled_s": lg.first_scheduled_s, "first_token_s": lg.first_token_s,
-                "finished_s": lg.finished_s, **self.latency_columns(), "max_itl_s": lg.max_itl_s,
+                "last_token_s": lg.last_token_s, "finished_s": lg.finished_s, **self.latency_columns(),
+                "max_itl_s": lg.max_itl_s,
                 "num_preemptions": lg.num_preemptions,
                 "status": pd.Categorical([names[int(s)] for s in lg.status]),
             })

@@ -21,6 +21,7 @@ from .cluster import Cluster
 from .cost_model import CostModel, RooflineParams, roofline_cost_model
 from .gpu_cost import gpu_cost_model, is_gpu_cost_model
 from .hardware import get_hardware
+from .host_memory import check_fits
 from .memory import plan_kv_cache
 from .models import get_model
 from .recorder import TIMESERIES_COLUMNS, RequestLog
@@ -92,10 +93,12 @@ def simulate(workload: Workload, config: SimConfig | None = None, **overrides) -
     start = time.perf_counter()
     cost = build_cost_model(config)
     cache, sched = build_cache_config(config), build_scheduler_config(config)
+    interval = config.timeseries_interval_s or sample_interval_s(workload)
+    check_fits(cache.num_gpu_blocks, config.replicas, float(workload.arrival_s[-1]) if len(workload) else 0.0,
+               interval)
     schedulers = [make_scheduler(config, cache, sched) for _ in range(config.replicas)]
     capacity_ids = cache.num_gpu_slots // workload.hash_id_block_size or 1
     router = make_router(config.router, config.replicas, capacity_ids)
-    interval = config.timeseries_interval_s or sample_interval_s(workload)
     env = simpy.Environment()
     log = RequestLog(len(workload), config.record_itl)
     progress = None

@@ -16,6 +16,9 @@ from paged.core.validation import is_int, is_number, is_power_of_two, require
 
 from .cost_model import CostModel
 
+MIN_EFFICIENCY = 0.001
+MAX_STEP_OVERHEAD_S = 60.0
+
 
 @dataclass(slots=True)
 class SimConfig:
@@ -79,6 +82,9 @@ class SimConfig:
         check(is_int(self.static_batch_size) and self.static_batch_size >= 1, "static_batch_size",
                 "an integer >= 1")
         check(self.batch_timeout_s >= 0, "batch_timeout_s", ">= 0")
+        # as StaticBatchScheduler checks, but here before a trace is read, and under the option's name
+        check(not self.static_batching or self.static_batch_size <= self.max_num_seqs, "static_batch_size",
+              f"at most max_num_seqs ({self.max_num_seqs}) with static_batching: every step runs the whole batch")
         w = self.priority_weights
         check(w is None or (self.policy == "priority" and len(w) == 3
                               and all(is_number(x) and math.isfinite(x) for x in w)),
@@ -86,9 +92,13 @@ class SimConfig:
         if w is not None:
             self.priority_weights = tuple(float(x) for x in w)  # plain floats, for the JSON record
         check(self.static_reserve in RESERVE_MODES, "static_reserve", f"one of {list(RESERVE_MODES)}")
-        check(0 < self.mfu_efficiency <= 1, "mfu_efficiency", "a value in (0, 1]")
-        check(0 < self.bandwidth_efficiency <= 1, "bandwidth_efficiency", "a value in (0, 1]")
-        check(self.step_overhead_s >= 0, "step_overhead_s", ">= 0")
+        # Bounds that keep every step time a picosecond count the clock holds (sim.clock): no GPU
+        # runs below 0.1% of its peak, and no step's fixed cost is a minute.
+        check(MIN_EFFICIENCY <= self.mfu_efficiency <= 1, "mfu_efficiency", f"a value in [{MIN_EFFICIENCY}, 1]")
+        check(MIN_EFFICIENCY <= self.bandwidth_efficiency <= 1, "bandwidth_efficiency",
+              f"a value in [{MIN_EFFICIENCY}, 1]")
+        check(0 <= self.step_overhead_s <= MAX_STEP_OVERHEAD_S, "step_overhead_s",
+              f"seconds in [0, {MAX_STEP_OVERHEAD_S}]")
         check(self.timeseries_interval_s is None or self.timeseries_interval_s > 0, "timeseries_interval_s",
                 "None or > 0")
 

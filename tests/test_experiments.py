@@ -26,9 +26,31 @@ def load(name: str):
 
 def run_quick(name: str, out: Path) -> pd.DataFrame:
     assert load(name).main(["--quick", "--out", str(out)]) == 0
-    assert (out / f"{name}.png").stat().st_size > 10_000
-    assert "[" in (out / "verdicts.txt").read_text()
+    check_figure(out / f"{name}.png")
+    check_verdicts((out / "verdicts.txt").read_text())
     return pd.read_csv(out / f"{name}.csv")
+
+
+def check_figure(path: Path) -> None:
+    """A real figure, no wider than a page's text width at the style's resolution (so that its
+    8-point text is printed at 8 points)."""
+    from PIL import Image
+
+    from sim.plots import MAX_WIDTH_IN, STYLE
+
+    assert path.stat().st_size > 10_000
+    assert Image.open(path).size[0] <= MAX_WIDTH_IN * STYLE["savefig.dpi"]
+
+
+def check_verdicts(text: str) -> None:
+    """Each verdict opens with a one-line headline, then the claim it answers, then the details."""
+    lines = text.splitlines()
+    heads = [i for i, line in enumerate(lines) if line.startswith("[")]
+    assert heads and heads[0] == 0
+    for i in heads:
+        outcome, headline = lines[i][1:].split("] ", 1)
+        assert outcome in ("HOLDS", "PARTLY HOLDS", "DOES NOT HOLD") and 0 < len(headline) <= 100
+        assert lines[i + 1].startswith("    claim: ") and lines[i + 2].startswith("    ")
 
 
 def test_static_vs_paged(tmp_path):

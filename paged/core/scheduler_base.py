@@ -151,6 +151,11 @@ class BaseScheduler(ABC):
         if req is not None:
             self._finish(req, status, now)
 
+    def last_token_time(self, req: Request) -> float | None:
+        """When a finished request's client got its last token: its finish, for a scheduler that
+        ends each request at its last token (a static batch ends it later, see StaticBatchScheduler)."""
+        return req.finished_time
+
     def _finish(self, req: Request, status: RequestStatus, now: float | None) -> None:
         self._remove(req)
         self.kv.free(req)

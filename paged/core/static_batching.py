@@ -22,6 +22,18 @@ RESERVE_MODES = ("max_tokens", "max_model_len")
 
 
 class StaticBatchScheduler(BaseScheduler):
+    """Its limits are its own. `batch_size` is the number of sequences in every step, so it may
+    not exceed `max_num_seqs` (refused at construction). `max_num_batched_tokens` does not apply:
+    a static batch is prefilled whole, padded to its longest prompt, in one step (batch_size x
+    the longest prompt tokens), because chunking a prefill is exactly what the baseline cannot do.
+
+    Latency as a client sees it, streaming: the first token ends the prefill (TTFT), and a
+    request that stops before its batch gets its last token then, not when the batch ends. So
+    each request keeps the time of its last token (`last_token_time`, reported by
+    `last_token_time()`), and its TPOT is the mean gap between its first and last tokens; its
+    `finished_time` stays the end of the batch, when its memory is released and its result
+    returned."""
+
     def __init__(self, cache_config: CacheConfig, scheduler_config: SchedulerConfig, batch_size: int = 8,
                  batch_timeout_s: float = 0.010, reserve: str = "max_tokens") -> None:
         if not isinstance(batch_size, int) or batch_size < 1:
@@ -30,6 +42,10 @@ class StaticBatchScheduler(BaseScheduler):
             raise ValueError(f"StaticBatchScheduler batch_timeout_s={batch_timeout_s!r}: expected >= 0")
         if reserve not in RESERVE_MODES:
             raise ValueError(f"StaticBatchScheduler reserve={reserve!r}: expected one of {list(RESERVE_MODES)}")
+        if batch_size > scheduler_config.max_num_seqs:
+            raise ValueError(f"StaticBatchScheduler batch_size={batch_size}: expected at most "
+                             f"SchedulerConfig.max_num_seqs={scheduler_config.max_num_seqs} (every step runs the "
+                             "whole batch)")
         super().__init__(cache_config, scheduler_config)
         self.batch_size = batch_size
         self.batch_timeout_s = batch_timeout_s
@@ -120,22 +136,26 @@ class StaticBatchScheduler(BaseScheduler):
                     r.num_computed_base = r.num_prompt_tokens
                     r.num_output_base = 1
                     r.first_token_time = now
-                    self._take_token(r, sampled_tokens)
+                    self._take_token(r, sampled_tokens, now)
         else:
             for r in out.decode_requests:
                 if r.status == RequestStatus.RUNNING:
                     r.num_computed_base += 1
                     r.num_output_base += 1
-                    self._take_token(r, sampled_tokens)
+                    self._take_token(r, sampled_tokens, now)
         self._step += 1
         return ended + self._end_batch_if_done(now)
 
-    def _take_token(self, req: Request, sampled_tokens) -> None:
+    def _take_token(self, req: Request, sampled_tokens, now: float) -> None:
+        req.last_token_time = now
         if sampled_tokens is not None:
             tok = sampled_tokens[req.request_id][0]
             req.output_token_ids.append(tok)
             if tok in req.stop_token_ids:
                 self._stopped.add(req)
+
+    def last_token_time(self, req: Request) -> float | None:
+        return req.last_token_time
 
     def _end_batch_if_done(self, now: float) -> list[Request]:
         """Results come back when the whole batch is done, all at once."""
@@ -150,17 +170,19 @@ class StaticBatchScheduler(BaseScheduler):
 
     # -- the simulator's exact fast path ------------------------------------------------------
     def max_uniform_decode_steps(self) -> int:
-        """Every decode step of a batch has the same shape until the batch ends."""
+        """Every decode step of a batch has the same shape until the batch ends; a window ends
+        at the next live member's last token, so that its time is known."""
         if not self.batch or self._step == 0 or self._stopped:
             return 0
-        return max(r.max_output_tokens - r.num_output_base for r in self.batch)
+        return min((r.max_output_tokens - r.num_output_base for r in self.batch if self._live(r)), default=0)
 
     def advance_decode_steps(self, k: int, now: float) -> list[Request]:
         B = len(self.batch)
         for r in self.batch:
-            inc = min(k, r.max_output_tokens - r.num_output_base)
-            r.num_computed_base += inc
-            r.num_output_base += inc
+            if self._live(r):  # k steps, each one token (k is at most what any live member has left)
+                r.num_computed_base += k
+                r.num_output_base += k
+                r.last_token_time = now
         self._count_step(B, B, k)
         self._step += k
         return self._end_batch_if_done(now)

@@ -2,6 +2,7 @@
 
     python -m paged.engine profile --model smollm2-135m --out profile.json [grid options]
     python -m paged.engine generate --model smollm2-135m --prompt "Hello" [--max-tokens 32]
+    python -m paged.engine bench [options]       the engine vs transformers (= paged bench engine)
 """
 from __future__ import annotations
 
@@ -22,8 +23,15 @@ def _ints(text: str) -> tuple[int, ...]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["bench"]:
+        from .bench import main as bench_main
+
+        return int(bench_main(argv[1:]) or 0)
     parser = argparse.ArgumentParser(prog="python -m paged.engine")
     commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("bench", add_help=False, help="output tokens/s against transformers' generate() "
+                                                      "(python -m paged.engine bench --help)")
     prof = commands.add_parser("profile", help="measure step times for the simulator's profiled cost model")
     add_engine_args(prof, kv_cache_memory_bytes=1 << 30)  # room for the decode grid's larger points
     prof.add_argument("--out", required=True)

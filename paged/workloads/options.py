@@ -33,18 +33,21 @@ def add_workload_options(p: argparse.ArgumentParser, trace_default=None) -> None
     g.add_argument("--shared-prefix", type=shared_prefix_arg, default=None, metavar="GROUPS,PREFIX,SUFFIX,OUTPUT",
                    help="instead of a trace: --num-requests synthetic requests at --rate, in GROUPS groups each "
                         "sharing a PREFIX-token system prompt, then SUFFIX tokens of their own, OUTPUT tokens out")
-    g.add_argument("--format", default="auto", choices=("auto", "azure", "vidur", "mooncake", "lengths"))
-    g.add_argument("--num-requests", type=int, default=None, help="take the first N requests")
+    g.add_argument("--format", default="auto", choices=("auto", "azure", "vidur", "mooncake", "lengths"),
+                   help="trace format (auto: from the header, or .jsonl for Mooncake; traces/README.md)")
+    g.add_argument("--num-requests", type=int, default=None, help="take the first N requests (default: all)")
     g.add_argument("--start-s", type=float, default=0.0, help="time window start (s after the first arrival)")
-    g.add_argument("--duration-s", type=float, default=None, help="time window length")
+    g.add_argument("--duration-s", type=float, default=None, help="time window length (default: to the end)")
     g.add_argument("--time-scale", type=float, default=1.0, help="multiply inter-arrival times (0.5 doubles the load)")
     g.add_argument("--arrival", default="poisson", choices=("poisson", "gamma", "constant"),
                    help="synthetic arrivals for length-only traces")
-    g.add_argument("--rate", type=float, default=None, help="requests/s of synthetic arrivals")
+    g.add_argument("--rate", type=float, default=None,
+                   help="requests/s of synthetic arrivals (length-only traces and --shared-prefix only)")
     g.add_argument("--cv", type=float, default=1.0, help="burstiness of gamma arrivals")
     g.add_argument("--seed", type=int, default=0, help="seed of synthetic arrivals")
     g.add_argument("--no-cap", dest="cap_lengths", action="store_false",
-                   help="let the scheduler reject requests longer than max_model_len instead of truncating them")
+                   help="let the scheduler reject requests longer than max_model_len instead of truncating them "
+                        "(the summary's num_capped counts the truncated ones)")
 
 
 def workload_from_args(args: argparse.Namespace, max_model_len: int | None, block_size: int) -> Workload:
@@ -52,7 +55,7 @@ def workload_from_args(args: argparse.Namespace, max_model_len: int | None, bloc
     (None or --no-cap: no cap); a shared-prefix group's prompt is named in blocks of
     `block_size` tokens."""
     if (args.trace is None) == (args.shared_prefix is None):
-        raise SystemExit("give one of --trace PATH (or `trace:` in a --config file) and --shared-prefix G,P,S,O")
+        raise ValueError("give one of --trace PATH (or `trace:` in a --config file) and --shared-prefix G,P,S,O")
     cap = max_model_len if args.cap_lengths else None
     if args.shared_prefix is not None:
         if args.num_requests is None or args.rate is None:

@@ -15,8 +15,10 @@ deadline `edf` serves by).
 """
 from __future__ import annotations
 
+import csv
 import gzip
 import json
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -149,8 +151,13 @@ def _read_csv(path: Path, fmt: str) -> TraceColumns:
 
     columns = _CSV_COLUMNS[fmt]
     try:
-        df = pd.read_csv(path, dtype=str, keep_default_na=False, skip_blank_lines=False, index_col=False,
-                         encoding="utf-8-sig")
+        with warnings.catch_warnings():
+            # pandas only warns of (and drops) a row's fields beyond the header's
+            warnings.simplefilter("error", pd.errors.ParserWarning)
+            df = pd.read_csv(path, dtype=str, keep_default_na=False, skip_blank_lines=False, index_col=False,
+                             encoding="utf-8-sig")
+    except pd.errors.ParserWarning:
+        raise _extra_fields(path) from None
     except pd.errors.ParserError as e:
         raise TraceError(f"{path}: {e}") from None
     except UnicodeDecodeError as e:
@@ -195,6 +202,18 @@ def _read_csv(path: Path, fmt: str) -> TraceColumns:
     prompt_col, output_col = columns[-2:]
     return TraceColumns(arrival, _lengths(path, df[prompt_col], prompt_col), _lengths(path, df[output_col], output_col),
                         **{c: _optional(path, df, c) for c in OPTIONAL_COLUMNS})
+
+
+def _extra_fields(path: Path) -> TraceError:
+    """The first row with more fields than the header, named."""
+    with _open_text(path) as f:
+        rows = csv.reader(f)
+        header = next(rows)
+        for lineno, row in enumerate(rows, 2):
+            if len(row) > len(header):
+                return TraceError(f"{path}, line {lineno}: {len(row)} fields {row[:len(header) + 2]}: expected at "
+                                  f"most {len(header)}, as the header {header} names")
+    return TraceError(f"{path}: a row has more fields than the header {header}")
 
 
 def _check_order(path: Path, arrival: np.ndarray, raw, row_offset: int = 0) -> None:

@@ -20,6 +20,7 @@ import numpy as np
 from .traces import read_trace
 
 ARRIVAL_PROCESSES = ("poisson", "gamma", "constant")
+MIN_CV, MAX_CV = 1e-6, 1e6  # gamma arrivals: from all but constant gaps to all requests in a few bursts
 
 
 @dataclass(slots=True)
@@ -95,12 +96,16 @@ class Workload:
 
     def scale_time(self, factor: float) -> Workload:
         """Multiply inter-arrival times by `factor` (0.5: twice the load)."""
-        if not factor > 0:
-            raise ValueError(f"time_scale={factor}: expected a value > 0")
+        if not 0 < factor < np.inf:
+            raise ValueError(f"time_scale={factor}: expected a finite value > 0")
         if factor == 1.0:
             return self
         t0 = self.arrival_s[0] if len(self) else 0.0
-        arrival = t0 + (self.arrival_s - t0) * factor
+        with np.errstate(over="ignore"):
+            arrival = t0 + (self.arrival_s - t0) * factor
+        if not np.isfinite(arrival).all():
+            raise ValueError(f"time_scale={factor}: the last arrival, {self.arrival_s[-1] - t0:g} s after the first, "
+                             "would be beyond any representable time; expected a smaller factor")
         # A deadline is an SLO from arrival: it moves with its request.
         deadline = None if self.deadline_s is None else self.deadline_s + (arrival - self.arrival_s)
         return replace(self, arrival_s=arrival, deadline_s=deadline)
@@ -134,14 +139,15 @@ def synthetic_arrivals(n: int, rate: float, process: str = "poisson", cv: float 
     """Arrival times (the first at 0) of n requests at `rate` per second: Poisson (exponential
     gaps), Gamma with coefficient of variation `cv` of the gaps (cv > 1 is burstier than
     Poisson: shape 1/cv^2), or constant gaps."""
-    if not rate > 0:
-        raise ValueError(f"rate={rate}: expected requests per second > 0")
+    if not 0 < rate < np.inf:
+        raise ValueError(f"rate={rate}: expected requests per second, finite and > 0")
     rng = np.random.default_rng(rng)
     if process == "poisson":
         gaps = rng.exponential(1.0 / rate, n)
     elif process == "gamma":
-        if not cv > 0:
-            raise ValueError(f"cv={cv}: expected a coefficient of variation > 0")
+        # Beyond this range the Gamma shape 1/cv^2 overflows or underflows a float.
+        if not MIN_CV <= cv <= MAX_CV:
+            raise ValueError(f"cv={cv}: expected a coefficient of variation of the gaps in [{MIN_CV:g}, {MAX_CV:g}]")
         shape = 1.0 / cv**2
         gaps = rng.gamma(shape, 1.0 / (rate * shape), n)
     elif process == "constant":
@@ -174,9 +180,11 @@ def shared_prefix_workload(num_requests: int, num_groups: int, prefix_tokens: in
     `hash_id_block_size` tokens (whole id-blocks only: a partial last block is not shared);
     the suffix carries no ids, so it is never shared, as in a length-only trace.
     """
-    if num_groups < 1 or prefix_tokens < 0 or suffix_tokens < 0 or prefix_tokens + suffix_tokens < 1:
-        raise ValueError(f"shared prefix workload: groups={num_groups}, prefix={prefix_tokens}, "
-                         f"suffix={suffix_tokens}: expected groups >= 1 and a non-empty prompt")
+    if (num_groups < 1 or prefix_tokens < 0 or suffix_tokens < 0 or prefix_tokens + suffix_tokens < 1
+            or output_tokens < 1):
+        raise ValueError(f"shared-prefix workload GROUPS,PREFIX,SUFFIX,OUTPUT={num_groups},{prefix_tokens},"
+                         f"{suffix_tokens},{output_tokens}: expected GROUPS >= 1, PREFIX and SUFFIX >= 0 with "
+                         "PREFIX + SUFFIX >= 1 (a non-empty prompt), and OUTPUT >= 1")
     ids_per_group = prefix_tokens // hash_id_block_size
     values = np.arange(num_groups * ids_per_group, dtype=np.int64)
     offsets = np.arange(num_groups + 1, dtype=np.int64) * ids_per_group
@@ -205,6 +213,9 @@ def load_workload(trace: str | Path, fmt: str = "auto", *, num_requests: int | N
         if rate is None:
             raise ValueError(f"{trace} has no arrival times: give a rate (--rate) for synthetic {arrival} arrivals")
         w = lengths_workload(cols.num_prompt_tokens, cols.num_output_tokens, rate, arrival, cv, seed, name)
+    elif rate is not None:
+        raise ValueError(f"rate={rate}: {trace} has arrival times, which a rate would replace; expected no rate "
+                         "(--rate) for a timed trace: --time-scale changes its load")
     else:
         index = values = offsets = None
         if cols.hash_ids is not None:

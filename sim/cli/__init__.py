@@ -8,6 +8,9 @@ SimConfig's field names (`enable_prefix_caching: false`) and the workload's (`tr
 `num_requests`, `time_scale`, ...). One job per file: `options` (the parser), `yaml_config`
 (the file), `workload_args` (the workload named), `commands` (what each subcommand does),
 `outputs` (what a run writes).
+
+Every usage error (a bad option, config file, trace or path) prints one line naming the value,
+what was expected and where, and exits with status 2, as argparse does.
 """
 from __future__ import annotations
 
@@ -34,6 +37,6 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(args, "config", None):
             args = load_yaml(args.config, parser, run, argv)
         return COMMANDS[args.command](args)
-    except (ValueError, FileNotFoundError) as e:
+    except (ValueError, OSError) as e:  # a bad value or path, named: a usage error, as argparse's
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 from pathlib import Path
 
 from paged.metrics_summary import format_summary, jsonable
@@ -11,15 +12,20 @@ from paged.workloads.traces import AZURE_CONV
 
 from ..sim_config import ROUTERS, SimConfig
 from .options import sim_config
-from .outputs import write_outputs
+from .outputs import check_output_paths, write_outputs
 from .workload_args import workload_for_run
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     from ..runner import simulate
 
+    check_output_paths(args)
     config = sim_config(args)
     workload = workload_for_run(args, config)
+    if isinstance(config.cost_model, str) and config.cost_model != "roofline" and config.num_gpu_blocks is None:
+        print(f"warning: step times come from the profile {config.cost_model}, but the KV cache is sized from "
+              f"{config.hardware}'s memory (--hardware); give the profiled engine's --num-gpu-blocks to simulate it",
+              file=sys.stderr)
     if args.progress_bar and len(workload) >= 20_000:
         config.progress = True
     result = simulate(workload, config)
@@ -38,15 +44,18 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from ..models import get_model
     from ..runner import simulate
 
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out}: is a file; expected a folder for demo.png and summary.json")
+    out.mkdir(parents=True, exist_ok=True)
     config = SimConfig(model="llama-2-7b", hardware="a100-80gb")
-    workload = load_workload(AZURE_CONV, num_requests=args.num_requests,
-                             max_model_len=get_model(config.model).max_model_len)
-    print(f"Replaying {len(workload):,} requests of {AZURE_CONV.name} on {config.model} / {config.hardware} ...")
+    max_len = get_model(config.model).max_model_len
+    workload = load_workload(AZURE_CONV, num_requests=args.num_requests, max_model_len=max_len)
+    print(f"Replaying {len(workload):,} requests of {AZURE_CONV.name} on {config.model} / {config.hardware}; "
+          f"{workload.num_capped:,} of them, longer than its {max_len:,}-token context, cut to fit (num_capped) ...")
     result = simulate(workload, config)
     summary = result.summary()
     print(format_summary(summary))
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     result.plot(out / "demo.png")
     (out / "summary.json").write_text(json.dumps(jsonable({**summary, "config": config.to_dict()}), indent=2) + "\n")
     print(f"\n{summary['num_requests']:,} requests, {summary['simulated_time_s']:,.0f} s simulated in "

@@ -22,15 +22,15 @@ def load_yaml(path: str, parser: argparse.ArgumentParser, run: argparse.Argument
         with open(path, encoding="utf-8") as f:
             cfg = yaml.safe_load(f) or {}
     except OSError as e:
-        raise SystemExit(f"{path}: cannot read the config file: {e.strerror}") from None
+        raise ValueError(f"{path}: cannot read the config file: {e.strerror}") from None
     except yaml.YAMLError as e:
-        raise SystemExit(f"{path}: not valid YAML: {e}") from None
+        raise ValueError(f"{path}: not valid YAML: {e}") from None
     if not isinstance(cfg, dict):
-        raise SystemExit(f"{path}: expected a mapping of option names to values")
+        raise ValueError(f"{path}: expected a mapping of option names to values")
     known = set(SimConfig.field_names()) | set(WORKLOAD_KEYS) | set(OUTPUT_KEYS)
     unknown = sorted(set(cfg) - known)
     if unknown:
-        raise SystemExit(f"{path}: unknown option(s) {unknown}; known are {sorted(known)}")
+        raise ValueError(f"{path}: unknown option(s) {unknown}; known are {sorted(known)}")
     run.set_defaults(**{k: _yaml_value(path, k, v, run) for k, v in cfg.items()})
     return parser.parse_args(argv)
 
@@ -44,25 +44,25 @@ def _yaml_value(path: str, key: str, value, run: argparse.ArgumentParser):
         return value
     if isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction)):
         if not isinstance(value, bool):
-            raise SystemExit(f"{path}: {key}={value!r}: expected true or false")
+            raise ValueError(f"{path}: {key}={value!r}: expected true or false")
         return value
     if value is None:
         if action.default is not None:
-            raise SystemExit(f"{path}: {key}=null: expected a value (the default is {action.default!r})")
+            raise ValueError(f"{path}: {key}=null: expected a value (the default is {action.default!r})")
         return value
     if action.type in (weights, shared_prefix_arg) and isinstance(value, list):
         value = ",".join(str(x) for x in value)
     if action.type is int and isinstance(value, float):
-        raise SystemExit(f"{path}: {key}={value!r}: expected an integer")
+        raise ValueError(f"{path}: {key}={value!r}: expected an integer")
     if action.type is not None and not (isinstance(action.type, type) and isinstance(value, action.type)):
         try:
             value = action.type(value)
         except (TypeError, ValueError, argparse.ArgumentTypeError):
             expected = {weights: "three numbers A,B,C", shared_prefix_arg: "four integers GROUPS,PREFIX,SUFFIX,OUTPUT"
                         }.get(action.type, f"a value of type {action.type.__name__}")
-            raise SystemExit(f"{path}: {key}={value!r}: expected {expected}") from None
+            raise ValueError(f"{path}: {key}={value!r}: expected {expected}") from None
     if action.choices is not None and value not in action.choices:
-        raise SystemExit(f"{path}: {key}={value!r}: expected one of {list(action.choices)}")
+        raise ValueError(f"{path}: {key}={value!r}: expected one of {list(action.choices)}")
     if key in ("trace", "cost_model") and isinstance(value, str) and value != "roofline":
         candidate = Path(path).parent / value
         if not Path(value).is_absolute() and candidate.exists():

@@ -37,7 +37,8 @@ def replay_requests(make, requests, fast: bool):
             continue
         reqs += [r for r in s.update_from_output(out, None, t + 1) if r.parent is not None]
         t += 1
-    records = sorted((r.request_id, r.status, r.first_scheduled_time, r.first_token_time, r.finished_time,
+    records = sorted((r.request_id, r.status, r.first_scheduled_time, r.first_token_time, s.last_token_time(r),
+                      r.finished_time,
                       r.num_output_tokens, r.num_preemptions, r.num_cached_tokens) for r in reqs)
     counters = (s.num_steps, s.num_scheduled_seqs, s.num_scheduled_tokens, s.num_preemptions,
                 s.kv.prefix_cache_queries, s.kv.prefix_cache_hits, s.kv.pool.num_evictions)
@@ -57,7 +58,8 @@ def test_fast_path_equals_stepping(cfg, specs):
 def test_static_batching_fast_path_equals_stepping(cfg, specs):
     cache, sched = cfg
     cache.num_gpu_blocks = 4 * sched.max_model_len  # room for a batch of reservations
-    make = lambda: StaticBatchScheduler(cache, sched, batch_size=3, batch_timeout_s=2.0)  # noqa: E731
+    make = lambda: StaticBatchScheduler(cache, sched, batch_size=min(3, sched.max_num_seqs),  # noqa: E731
+                                        batch_timeout_s=2.0)
     stepped = replay(make, specs, fast=False)
     fast = replay(make, specs, fast=True)
     assert fast[:2] == stepped[:2]

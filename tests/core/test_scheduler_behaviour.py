@@ -228,6 +228,15 @@ def test_static_batching_reserves_and_returns_together():
     finished, _ = drive(s, now=1.0)
     assert a.finished_time == b.finished_time  # returned together
     assert a.num_output_tokens == 3 and b.num_output_tokens == 9
+    # but a's client had its last token six steps before the batch ended
+    assert s.last_token_time(b) == b.finished_time and s.last_token_time(a) == a.finished_time - 6
+
+
+def test_a_static_batch_may_not_exceed_max_num_seqs():
+    """Every step runs the whole batch: a batch of 8 under max_num_seqs=2 would run 8 sequences."""
+    with pytest.raises(ValueError, match="batch_size=8: expected at most SchedulerConfig.max_num_seqs=2"):
+        StaticBatchScheduler(CacheConfig(num_gpu_blocks=64, block_size=4), SchedulerConfig(max_num_seqs=2),
+                             batch_size=8)
 
 
 def test_stats_report_fragmentation_and_usage():

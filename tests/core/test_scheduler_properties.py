@@ -102,3 +102,40 @@ def test_aborts_in_any_state_release_all_blocks(cfg, specs, aborts):
     cache, sched = cfg
     s, reqs, chunks = run(cache, sched, specs, True, abort_at=aborts)
     check_end_state(s, reqs, chunks, cache, True)
+
+
+@given(policy=st.sampled_from(["fcfs", "sjf", "priority"]),
+       ops=st.lists(st.tuples(st.sampled_from(["push", "abort", "pop"]), st.integers(1, 80), st.integers(0, 10**6)),
+                    max_size=40))
+def test_request_queue_keeps_its_order_and_drops_aborted_entries(policy, ops):
+    """Any mix of arrivals, aborts and admissions, in bursts: the queue holds exactly the live
+    requests, its head is the first of them in the policy's order, and after every abort its heap
+    holds at most twice the live requests (aborted ones are skipped lazily, but not kept for as
+    long as a blocked head waits)."""
+    from paged import Request
+    from paged.core.policies import make_policy
+    from paged.core.request_queue import RequestQueue
+
+    q = RequestQueue(make_policy(policy), RequestStatus.WAITING)
+    live: list = []  # (policy key, push order, request)
+    pushed = 0
+    for op, n, x in ops:
+        for _ in range(n):
+            if op == "push":
+                r = Request(f"r{pushed}", num_prompt_tokens=1 + x % 50, max_tokens=1 + x % 7,
+                            arrival_time=float(pushed), priority=x % 3)
+                live.append((q.policy.key(r), pushed, r))
+                q.push(r)
+                pushed += 1
+                x = x * 31 + 7
+            elif op == "abort" and live:
+                _, _, r = live.pop(x % len(live))
+                q.discard(r)  # as the scheduler does: discard, then the status changes
+                r.status = RequestStatus.FINISHED_ABORTED
+                assert len(q._heap) <= 2 * len(live)
+            elif op == "pop" and live:
+                head = min(live, key=lambda e: e[:2])
+                assert q.peek() is head[2]
+                live.remove(head)
+                q.pop().status = RequestStatus.RUNNING
+            assert len(q) == len(live) and {id(r) for r in q} == {id(e[2]) for e in live}

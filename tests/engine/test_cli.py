@@ -40,3 +40,15 @@ def test_generate_command(tiny_llama, capsys):
     llm = LLM(str(tiny_llama[0]), kv_cache_memory_bytes=1 << 20)
     expected = llm.generate(["Hi"], SamplingParams(max_tokens=3, temperature=0.0))[0]
     assert expected.token_ids and capsys.readouterr().out == expected.text + "\n"
+
+
+def test_bench_is_a_command_too(capsys):
+    """`python -m paged.engine bench` is the engine benchmark (`paged bench engine`), not an error."""
+    import pytest
+
+    with pytest.raises(SystemExit) as e:
+        main(["bench", "--help"])
+    assert e.value.code == 0 and "--hf-batch-size" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    assert "bench" in capsys.readouterr().out

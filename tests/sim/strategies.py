@@ -63,7 +63,7 @@ def sim_configs(draw) -> SimConfig:
         policy=draw(st.sampled_from(["fcfs", "priority", "sjf", "edf", "lpm"])),
         preemption=draw(st.sampled_from(["recompute", "swap"])),
         static_batching=static,
-        static_batch_size=draw(st.integers(1, 4)),
+        static_batch_size=draw(st.integers(1, min(4, max_num_seqs))),
         batch_timeout_s=draw(st.sampled_from([0.0, 0.01, 0.05])),
         cost_model=draw(st.sampled_from(["calibrated", "roofline", TWO_PIECES, UNIT_STEPS])),
         timeseries_interval_s=draw(st.sampled_from([None, None, 0.01, 0.1])),

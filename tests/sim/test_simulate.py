@@ -9,6 +9,10 @@ import paged.core.scheduler
 from paged.core.static_batching import StaticBatchScheduler
 from sim import SimConfig, Workload, load_workload, shared_prefix_workload, simulate
 
+from .strategies import UNIT_STEPS
+
+STEP_S = 0.01  # UNIT_STEPS: every step takes 10 ms
+
 
 @pytest.fixture
 def conv500(azure_conv):
@@ -60,6 +64,20 @@ def test_rejects_what_can_never_run():
     s = r.summary()
     assert s["num_rejected"] == 1 and s["num_finished"] == 1
     assert r.requests.status.tolist() == ["finished_length", "rejected"]
+
+
+@pytest.mark.parametrize("fast_path", [True, False])
+def test_static_batching_tpot_is_what_a_streaming_client_sees(fast_path):
+    """Two requests in one static batch, of 3 and 40 tokens: the short one's client has its last
+    token after 2 decode steps, so its TPOT is one step, not the 39 steps until its batch ends;
+    the batch still returns both (and frees their memory) at its end."""
+    w = Workload(np.array([0.0, 0.0]), np.array([100, 100]), np.array([3, 40]))
+    df = simulate(w, SimConfig(static_batching=True, static_batch_size=2, cost_model=UNIT_STEPS,
+                               fast_path=fast_path)).requests
+    short, long_ = df.iloc[0], df.iloc[1]
+    assert short.finished_s == long_.finished_s == long_.last_token_s
+    assert short.last_token_s == short.first_token_s + 2 * STEP_S
+    assert short.tpot_s == pytest.approx(STEP_S) and long_.tpot_s == pytest.approx(STEP_S)
 
 
 def test_static_batching_baseline_wastes_memory(conv500):

@@ -1,0 +1,104 @@
+"""The command line at its edges: every bad value, path or file is a usage error (exit status 2)
+with one line naming the value, what was expected and where; outputs are checked before a
+long run starts, so that its results are never lost to a bad path after it."""
+import pytest
+
+import sim.runner
+from sim.cli import main
+
+
+@pytest.fixture
+def no_simulation(monkeypatch):
+    """simulate() fails the test if called: the error must come before any simulated time."""
+    def fail(*_args, **_kwargs):
+        raise AssertionError("simulate() was called")
+
+    monkeypatch.setattr(sim.runner, "simulate", fail)
+
+
+def run(capsys, *argv) -> str:
+    """`python -m sim run ARGV`'s stderr, after checking it exited with status 2."""
+    assert main(["run", *argv]) == 2
+    return capsys.readouterr().err
+
+
+@pytest.mark.parametrize("option", ["--json", "--requests-csv", "--timeseries-csv", "--plot"])
+def test_an_output_path_that_is_a_folder_fails_before_simulating(tmp_path, azure_conv, capsys, no_simulation,
+                                                                  option):
+    err = run(capsys, "--trace", str(azure_conv), option, str(tmp_path))
+    assert f"{option} {tmp_path}: is a folder; expected a file path" in err
+
+
+def test_an_output_path_under_a_file_fails_before_simulating(tmp_path, azure_conv, capsys, no_simulation):
+    (tmp_path / "f").write_text("")
+    err = run(capsys, "--trace", str(azure_conv), "--json", str(tmp_path / "f" / "out.json"))
+    assert f"{tmp_path / 'f'} is a file, so it cannot hold out.json" in err
+
+
+def test_two_outputs_on_one_path_fail_before_simulating(tmp_path, azure_conv, capsys, no_simulation):
+    err = run(capsys, "--trace", str(azure_conv), "--json", str(tmp_path / "o"), "--plot", str(tmp_path / "o"))
+    assert "--plot" in err and "--json writes the same file" in err
+
+
+def test_a_figure_format_matplotlib_cannot_write_fails_before_simulating(tmp_path, azure_conv, capsys,
+                                                                         no_simulation):
+    err = run(capsys, "--trace", str(azure_conv), "--plot", str(tmp_path / "figure.txt"))
+    assert "matplotlib cannot write .txt files; expected one of" in err and "'png'" in err
+
+
+def test_every_output_creates_its_folder(tmp_path, azure_conv):
+    """As --json and --plot always did, so do the CSVs."""
+    paths = {opt: tmp_path / opt.strip("-") / "new" / f"x.{ext}" for opt, ext in
+             (("--json", "json"), ("--requests-csv", "csv"), ("--timeseries-csv", "csv"))}
+    assert main(["run", "--trace", str(azure_conv), "--num-requests", "20", "--no-progress",
+                 *[str(x) for kv in paths.items() for x in kv]]) == 0
+    assert all(p.stat().st_size > 0 for p in paths.values())
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--shared-prefix", "2,10,10,5", "--rate", "1", "--arrival", "gamma", "--cv", "1e300"],
+     "cv=1e+300: expected a coefficient of variation of the gaps in [1e-06, 1e+06]"),
+    (["--shared-prefix", "2,10,10,5", "--rate", "1", "--arrival", "gamma", "--cv", "1e-300"],
+     "cv=1e-300: expected a coefficient of variation"),
+    (["--shared-prefix", "2,10,10,0", "--rate", "1"], "GROUPS,PREFIX,SUFFIX,OUTPUT=2,10,10,0: expected"),
+    (["--trace", "AZURE", "--step-overhead-s", "1e300"], "SimConfig.step_overhead_s=1e+300: expected seconds in"),
+    (["--trace", "AZURE", "--bandwidth-efficiency", "1e-300"], "SimConfig.bandwidth_efficiency=1e-300: expected"),
+    (["--trace", "AZURE", "--time-scale", "inf"], "time_scale=inf: expected a finite value > 0"),
+    (["--trace", "AZURE", "--rate", "3"], "rate=3.0: AZURE has arrival times"),
+    (["--trace", "AZURE", "--static-batching", "--max-num-seqs", "2"],
+     "SimConfig.static_batch_size=8: expected at most max_num_seqs (2) with static_batching"),
+])
+def test_bad_values_are_named(azure_conv, capsys, no_simulation, argv, message):
+    argv = [str(azure_conv) if a == "AZURE" else a for a in argv]
+    err = run(capsys, "--num-requests", "10", *argv)
+    assert message.replace("AZURE", str(azure_conv)) in err
+
+
+def test_a_garbage_cost_model_file_is_named(tmp_path, azure_conv, capsys):
+    """simulate() reads it first thing, before any simulated time."""
+    garbage = tmp_path / "profile.json"
+    garbage.write_bytes(b"\x7fELF\xd0\xff\x00")
+    err = run(capsys, "--trace", str(azure_conv), "--cost-model", str(garbage))
+    assert f"{garbage}: byte 4 is not UTF-8 text" in err
+    assert f"{tmp_path}: cannot read the cost model profile" in run(capsys, "--trace", str(azure_conv),
+                                                                     "--cost-model", str(tmp_path))
+
+
+def test_a_csv_row_with_extra_fields_is_named(tmp_path, capsys):
+    """pandas would drop the extra field with a warning and carry on."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrived_at,num_prefill_tokens,num_decode_tokens\n0,10,3,7\n1,20,4\n")
+    err = run(capsys, "--trace", str(trace))
+    assert f"{trace}, line 2: 4 fields" in err and "expected at most 3" in err
+
+
+def test_settings_that_would_exhaust_memory_are_refused(azure_conv, capsys, monkeypatch):
+    """Estimated from what a block and a sample take, against (here) 1 GiB available."""
+    import sim.host_memory
+
+    monkeypatch.setattr(sim.host_memory, "available_bytes", lambda: 2**30)
+    err = run(capsys, "--trace", str(azure_conv), "--num-requests", "50", "--num-gpu-blocks", "100000000")
+    assert "num_gpu_blocks=100,000,000 x 1 replica(s) would take about 11.9 GiB" in err
+    err = run(capsys, "--trace", str(azure_conv), "--num-requests", "50", "--timeseries-interval-s", "1e-9")
+    assert "timeseries_interval_s=1e-09: the arrivals span" in err and "expected an interval of at least" in err
+    assert main(["run", "--trace", str(azure_conv), "--num-requests", "50", "--num-gpu-blocks", "1000"]) == 0

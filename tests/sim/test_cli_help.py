@@ -1,0 +1,55 @@
+"""What a newcomer reads: every option has help and shows its default, every summary key is
+explained in docs/summary_keys.md, and the printed summary says what is easily misread."""
+import argparse
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from paged.metrics_summary import format_summary
+from sim import SimConfig, Workload, simulate
+from sim.cli import main
+from sim.cli.options import build_parser
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "summary_keys.md"
+
+
+def test_every_option_has_help_and_shows_its_default(capsys):
+    parser, _ = build_parser()
+    subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for name in ("run", "demo", "fit"):
+        for action in subparsers.choices[name]._actions:
+            assert action.help, f"python -m sim {name}: {action.option_strings or action.dest} has no help"
+    with pytest.raises(SystemExit):
+        main(["run", "--help"])
+    out = re.sub(r"\s+", " ", capsys.readouterr().out)
+    assert "most requests in one step (default: 256)" in out and "(default: None)" not in out
+
+
+def test_every_summary_key_is_documented():
+    doc = DOC.read_text()
+    result = simulate(Workload(np.array([0.0, 0.5]), np.array([100, 200]), np.array([5, 1])), SimConfig())
+    keys = [*result.summary(), *result.goodput(1.0, 0.1)]
+    missing = [k for k in keys if f"`{k}`" not in doc]
+    assert not missing, f"docs/summary_keys.md does not explain {missing}"
+
+
+def test_the_printed_summary_says_what_capping_did():
+    text = format_summary({"num_requests": 10, "num_capped": 3, "busy_fraction": 0.5})
+    assert "num_capped                   3  # requests cut to fit max_model_len" in text
+    assert "not GPU utilisation" in text and "docs/summary_keys.md" in text
+    assert "#" not in format_summary({"num_capped": 0}).splitlines()[0]
+
+
+def test_a_profiled_cost_model_on_an_unmatched_gpu_is_warned_of(tmp_path, azure_conv, capsys):
+    """A CPU profile's step times with an A100's KV capacity describe no real deployment."""
+    from .test_cost_model import write_profile
+
+    profile = tmp_path / "p.json"
+    write_profile(profile, (1e-3, 1e-6, 0.0, 1e-5, 0.0, 1e-5))
+    argv = ["run", "--trace", str(azure_conv), "--num-requests", "10", "--cost-model", str(profile)]
+    assert main(argv) == 0
+    assert "warning: step times come from the profile" in capsys.readouterr().err
+    assert main([*argv, "--num-gpu-blocks", "500"]) == 0
+    assert "warning" not in capsys.readouterr().err
