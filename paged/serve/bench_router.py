@@ -20,7 +20,6 @@ on a loaded one both figures measure the machine's scheduler.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import sys
@@ -36,7 +35,7 @@ from paged.workloads.workload import shared_prefix_workload
 from .bench_serve import summarize
 from .launch import Children, free_port, wait_healthy
 from .prompts import PromptMaker
-from .replay import replay
+from .replay_workers import replay_in_processes
 
 
 def cpu_s(pid: int) -> float | None:
@@ -70,12 +69,13 @@ def added_latency(direct: str, routed: str, model: str, n: int, router_pid: int)
             "router_cpu_ms_per_request": None if cpu_before is None else 1e3 * (cpu_after - cpu_before) / n}
 
 
-def send_lateness(url: str, model: str, rate: float, duration_s: float, output_tokens: int) -> dict:
+def send_lateness(url: str, model: str, rate: float, duration_s: float, output_tokens: int, workers: int) -> dict:
     n = int(rate * duration_s)
     workload = shared_prefix_workload(n, 4, 256, 64, output_tokens, rate, process="constant")
-    records, wall_s = asyncio.run(replay(url, model, workload, PromptMaker(workload, 32000, 1000)))
+    records, wall_s = replay_in_processes(url, model, workload, PromptMaker(workload, 32000, 1000), workers)
     s = summarize(workload, records, wall_s)
-    return {"rate": rate, "requests": n, "output_tokens": output_tokens, "num_errors": s["num_errors"],
+    return {"rate": rate, "requests": n, "output_tokens": output_tokens, "workers": workers,
+            "num_errors": s["num_errors"],
             **{f"lateness_{k}_ms": 1e3 * v for k, v in s["send_lateness_s"].items()}}
 
 
@@ -87,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rate", type=float, default=50.0, help="requests/s, for the send lateness")
     p.add_argument("--duration-s", type=float, default=20.0)
     p.add_argument("--output-tokens", type=int, default=32)
+    p.add_argument("--workers", type=int, default=1, help="processes of the replay")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
     children = Children(Path(tempfile.mkdtemp(prefix="paged-bench-router-")))
@@ -104,7 +105,8 @@ def main(argv: list[str] | None = None) -> int:
         router = f"http://127.0.0.1:{port}"
         wait_healthy(children, "router", router, deadline)
         result = {"router": added_latency(backend, router, args.model, args.requests, proc.pid),
-                  "bench_serve": send_lateness(backend, args.model, args.rate, args.duration_s, args.output_tokens)}
+                  "bench_serve": send_lateness(backend, args.model, args.rate, args.duration_s, args.output_tokens,
+                                                   args.workers)}
     finally:
         children.stop_all(10.0)
     text = json.dumps(result, indent=2)
