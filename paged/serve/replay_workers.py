@@ -68,8 +68,14 @@ def replay_in_processes(url: str, model: str, workload: Workload, prompt, worker
     with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init, initargs=(ready, go, start, done)) as pool:
         futures = [pool.submit(_work, url, model, workload, prompt, np.arange(w, len(workload), workers), timeout_s)
                    for w in range(workers)]
-        for _ in range(workers):
-            if not ready.acquire(timeout=STARTUP_TIMEOUT_S):
+        deadline, waiting = time.monotonic() + STARTUP_TIMEOUT_S, workers
+        while waiting:
+            if ready.acquire(timeout=0.1):
+                waiting -= 1
+            for f in futures:
+                if f.done():
+                    f.result()  # a worker that failed to start: its error
+            if time.monotonic() > deadline:
                 raise RuntimeError(f"the replay's worker processes did not start in {STARTUP_TIMEOUT_S:g} s")
         start.value = time.time() + LEAD_S
         go.set()
