@@ -52,6 +52,36 @@ class RouterConfig:
     read_timeout_s: float = 600.0  # between two reads from a backend: a non-streamed answer comes in one read
 
 
+class InFlight:
+    """A request's place in its backend's count of requests in flight: taken when it is sent,
+    given back exactly once, however the request ends."""
+
+    def __init__(self, backend: Backend) -> None:
+        self.backend = backend
+        backend.in_flight += 1
+        self.held = True
+
+    def release(self) -> None:
+        if self.held:
+            self.held = False
+            self.backend.in_flight -= 1
+
+
+class RelayedStream(StreamingResponse):
+    """A relayed event stream that closes its upstream even if its body never starts (the
+    client left before the first byte): a generator's `finally` runs only once it has started."""
+
+    def __init__(self, events, close) -> None:
+        super().__init__(events, media_type="text/event-stream")
+        self._close = close
+
+    async def __call__(self, scope, receive, send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self._close()
+
+
 class Forwarder:
     """Chooses a backend per request and relays the request there and the answer back."""
 
@@ -85,40 +115,49 @@ class Forwarder:
         headers = {k: v for k, v in request.headers.items() if k in FORWARDED_HEADERS}
         while (backend := self.choose(ids)) is not None:
             upstream = self.client.build_request("POST", backend.url + path, content=body, headers=headers)
-            backend.in_flight += 1  # from here until its answer is relayed (see _relay, _events)
+            lease = InFlight(backend)
             self.metrics.requests.labels(backend.url).inc()
             try:
                 response = await self.client.send(upstream, stream=True)
             except (httpx.ConnectError, httpx.ConnectTimeout):  # never reached the backend: try another
-                backend.in_flight -= 1
+                lease.release()
                 backend.healthy = False
                 self.metrics.errors.labels(backend.url, "connect").inc()
                 continue
             except httpx.HTTPError as e:
-                backend.in_flight -= 1
-                self.metrics.errors.labels(backend.url, "interrupted").inc()
-                return error_response(502, f"backend {backend.url} failed: {_describe(e)}", code="backend_failed")
-            return await self._relay(backend, response)
+                lease.release()
+                return self._failed(backend, e, "")
+            except BaseException:  # cancelled: the client went away
+                lease.release()
+                raise
+            return await self._relay(backend, response, lease)
         self.metrics.rejected.labels("no_backend").inc()
         return error_response(503, "no backend is in service", code="no_backend")
 
-    async def _relay(self, backend: Backend, response: httpx.Response) -> Response:
+    def _failed(self, backend: Backend, e: httpx.HTTPError, when: str) -> Response:
+        self.metrics.errors.labels(backend.url, "interrupted").inc()
+        status = 504 if isinstance(e, httpx.TimeoutException) else 502
+        return error_response(status, f"backend {backend.url} failed{when}: {_describe(e)}", code="backend_failed")
+
+    async def _relay(self, backend: Backend, response: httpx.Response, lease: InFlight) -> Response:
         if response.status_code >= 500:
             self.metrics.errors.labels(backend.url, "status").inc()
+
+        async def close() -> None:
+            lease.release()
+            await response.aclose()
+
         if response.status_code == 200 and response.headers.get("content-type", "").startswith("text/event-stream"):
-            return StreamingResponse(self._events(backend, response), media_type="text/event-stream")
+            return RelayedStream(self._events(backend, response, close), close)
         try:
             content = await response.aread()
         except httpx.HTTPError as e:
-            self.metrics.errors.labels(backend.url, "interrupted").inc()
-            return error_response(502, f"backend {backend.url} failed mid-request: {_describe(e)}",
-                                  code="backend_failed")
+            return self._failed(backend, e, " mid-request")
         finally:
-            backend.in_flight -= 1
-            await response.aclose()
+            await close()
         return Response(content, response.status_code, media_type=response.headers.get("content-type"))
 
-    async def _events(self, backend: Backend, response: httpx.Response):
+    async def _events(self, backend: Backend, response: httpx.Response, close):
         """The backend's events as they come; a stream cut before `[DONE]` ends with an error."""
         done = False
         try:
@@ -130,10 +169,10 @@ class Forwarder:
                 raise httpx.RemoteProtocolError("the stream ended before data: [DONE]")
         except httpx.HTTPError as e:
             self.metrics.errors.labels(backend.url, "interrupted").inc()
-            yield error_events(502, f"backend {backend.url} failed mid-stream: {_describe(e)}", "backend_failed")
+            status = 504 if isinstance(e, httpx.TimeoutException) else 502
+            yield error_events(status, f"backend {backend.url} failed mid-stream: {_describe(e)}", "backend_failed")
         finally:
-            backend.in_flight -= 1
-            await response.aclose()
+            await close()
 
     async def models(self) -> Response:
         for backend in self.backends:

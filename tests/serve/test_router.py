@@ -17,9 +17,9 @@ import openai
 from .conftest import metric, start_router, wait_router, wait_until
 
 
-def complete(url: str, prompt="hi", max_tokens: int = 2, **extra) -> httpx.Response:
+def complete(url: str, prompt="hi", max_tokens: int = 2, timeout_s: float = 30, **extra) -> httpx.Response:
     return httpx.post(f"{url}/v1/completions", json={"model": "fake-model", "prompt": prompt,
-                                                      "max_tokens": max_tokens, **extra}, timeout=30)
+                                                      "max_tokens": max_tokens, **extra}, timeout=timeout_s)
 
 
 def served_by(response: httpx.Response) -> str:
@@ -118,6 +118,21 @@ def test_bad_json_is_a_400_and_no_backend_a_503(shared):
     assert httpx.get(f"{nowhere}/health", timeout=10).status_code == 503
     r = complete(nowhere)
     assert r.status_code == 503 and r.json()["error"]["code"] == "no_backend"
+
+
+def test_clients_that_leave_give_their_place_back(shared):
+    """A client that leaves mid-stream, or before a plain answer comes, no longer counts as in
+    flight at its backend (least_outstanding and prefix_aware would avoid it forever)."""
+    url = shared["round_robin"]
+    with httpx.stream("POST", f"{url}/v1/completions", timeout=30, json={
+            "model": "fake-model", "prompt": "hi", "max_tokens": 100, "stream": True}) as r:
+        next(r.iter_lines())
+    try:
+        complete(url, max_tokens=100, timeout_s=0.3)
+    except httpx.TimeoutException:
+        pass
+    wait_until(lambda: all(router_metric(url, "paged_router_backend_outstanding", backend=b) == 0
+                           for b in shared["backends"]), "no request in flight")
 
 
 def _stream(url: str, started: threading.Event, max_tokens: int) -> tuple[list[str], list[dict]]:
