@@ -13,8 +13,10 @@ the router did per backend (`paged.serve.router_metrics`).
 Faults: every backend is probed each `--health-interval-s`; one that fails is taken out until it
 answers again. A request that cannot connect to its backend is retried on another; one whose
 backend fails mid-request ends with HTTP 502 and an OpenAI error body, or, once its stream has
-started, an error event and `data: [DONE]`. A backend that hangs is cut off by the timeouts
-(`--read-timeout-s` between two reads). Malformed JSON is a 400; no backend in service, a 503.
+started, an error event and `data: [DONE]`. A backend that hangs is taken out at its first failed
+probe, and the requests in flight there fail after `--abort-after-failed-probes` (or, whatever
+the probes say, at `--read-timeout-s` without a byte). Malformed JSON is a 400; no backend in
+service, a 503.
 """
 from __future__ import annotations
 
@@ -50,6 +52,7 @@ class RouterConfig:
     health_timeout_s: float = 2.0
     connect_timeout_s: float = 2.0
     read_timeout_s: float = 600.0  # between two reads from a backend: a non-streamed answer comes in one read
+    abort_after_failed_probes: int = 3  # then the requests in flight on a backend that hangs are failed
 
 
 class InFlight:
@@ -87,10 +90,12 @@ class Forwarder:
 
     def __init__(self, config: RouterConfig) -> None:
         self.config = config
-        self.backends = [Backend(url) for url in config.backends]
+        timeout = httpx.Timeout(config.read_timeout_s, connect=config.connect_timeout_s)
+        limits = httpx.Limits(max_connections=None)
+        self.backends = [Backend(url, lambda: httpx.AsyncClient(timeout=timeout, limits=limits))
+                         for url in config.backends]
         self.policy = make_router(config.policy, len(self.backends))
         self.metrics = RouterMetrics(self.backends)
-        self.client: httpx.AsyncClient | None = None
 
     def choose(self, ids: list[int] | None) -> Backend | None:
         """The policy's choice among the backends in service (None when there is none)."""
@@ -114,11 +119,12 @@ class Forwarder:
         ids = prefix_ids(payload, self.config.block_size) if self.config.policy == "prefix_aware" else None
         headers = {k: v for k, v in request.headers.items() if k in FORWARDED_HEADERS}
         while (backend := self.choose(ids)) is not None:
-            upstream = self.client.build_request("POST", backend.url + path, content=body, headers=headers)
+            client = backend.client
+            upstream = client.build_request("POST", backend.url + path, content=body, headers=headers)
             lease = InFlight(backend)
             self.metrics.requests.labels(backend.url).inc()
             try:
-                response = await self.client.send(upstream, stream=True)
+                response = await client.send(upstream, stream=True)
             except (httpx.ConnectError, httpx.ConnectTimeout):  # never reached the backend: try another
                 lease.release()
                 backend.healthy = False
@@ -178,7 +184,7 @@ class Forwarder:
         for backend in self.backends:
             if backend.healthy:
                 try:
-                    r = await self.client.get(f"{backend.url}/v1/models")
+                    r = await backend.client.get(f"{backend.url}/v1/models")
                 except httpx.HTTPError:
                     continue
                 return Response(r.content, r.status_code, media_type=r.headers.get("content-type"))
@@ -194,21 +200,19 @@ def create_app(config: RouterConfig) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        timeout = httpx.Timeout(config.read_timeout_s, connect=config.connect_timeout_s)
-        async with httpx.AsyncClient(timeout=timeout, limits=httpx.Limits(max_connections=None)) as client:
-            fwd.client = client
-            # A first probe of every backend before serving: a router starts with its backends known.
-            await asyncio.gather(*(probe(b, client, config.health_timeout_s) for b in fwd.backends))
-            tasks = [asyncio.create_task(watch(b, client, config.health_interval_s, config.health_timeout_s))
-                     for b in fwd.backends]
-            try:
-                yield
-            finally:
-                for t in tasks:
-                    t.cancel()
+        # A first probe of every backend before serving: a router starts with its backends known.
+        await asyncio.gather(*(probe(b, config.health_timeout_s) for b in fwd.backends))
+        tasks = [asyncio.create_task(watch(b, config.health_interval_s, config.health_timeout_s,
+                                           config.abort_after_failed_probes)) for b in fwd.backends]
+        try:
+            yield
+        finally:
+            for t in tasks:
+                t.cancel()
+            for b in fwd.backends:
+                await b.client.aclose()
 
     app = FastAPI(title="paged router", lifespan=lifespan)
-    app.state.forwarder = fwd
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:
@@ -251,6 +255,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--connect-timeout-s", type=float, default=d.connect_timeout_s)
     p.add_argument("--read-timeout-s", type=float, default=d.read_timeout_s,
                    help="longest wait between two reads from a backend")
+    p.add_argument("--abort-after-failed-probes", type=int, default=d.abort_after_failed_probes,
+                   help="fail the requests in flight on a backend after this many failed probes in a row")
     p.add_argument("--log-level", default="warning")
     return p
 
@@ -260,6 +266,6 @@ def main(argv: list[str] | None = None) -> int:
 
     args = build_parser().parse_args(argv)
     config = RouterConfig(args.backend, args.policy, args.block_size, args.health_interval_s, args.health_timeout_s,
-                          args.connect_timeout_s, args.read_timeout_s)
+                          args.connect_timeout_s, args.read_timeout_s, args.abort_after_failed_probes)
     uvicorn.run(create_app(config), host=args.host, port=args.port, log_level=args.log_level, access_log=False)
     return 0

@@ -199,3 +199,28 @@ def test_a_backend_killed_mid_run(cluster, backends, procs):
     assert "b1" in {served_by(complete(url)) for _ in range(6)}
 
 
+
+
+def test_a_backend_that_hangs_fails_its_requests_in_flight(cluster, procs):
+    """A stopped backend keeps its connections open, so nothing breaks by itself: the router takes
+    it out at its first failed probe and fails what is in flight there after three (a stream: an
+    error event then [DONE]; a plain request: 502), long before the read timeout."""
+    started, url = cluster(["b0", "b1"], "round_robin", ["--token-delay-s", "0.05"],
+                           ["--health-timeout-s", "0.5", "--read-timeout-s", "600"])
+    hung = started[0][1]
+    with ThreadPoolExecutor(3) as pool:
+        first_event = threading.Event()
+        stream = pool.submit(_stream, url, first_event, 100)  # b0
+        wait_until(first_event.is_set, "the stream's first event")
+        on_b1 = pool.submit(complete, url, max_tokens=20)
+        on_b0 = pool.submit(complete, url, max_tokens=100)
+        wait_until(lambda: router_metric(url, "paged_router_backend_outstanding", backend=started[0][0]) == 2,
+                   "two requests in flight on b0")
+        hung.send_signal(signal.SIGSTOP)
+        try:  # (a bound on the wait, for a router that would wait for its read timeout)
+            texts, errors = stream.result(timeout=60)
+            assert errors and errors[0]["code"] == "backend_failed" and len(texts) < 100
+            assert on_b0.result(timeout=60).status_code == 502 and served_by(on_b1.result()) == "b1"
+            assert {served_by(complete(url)) for _ in range(4)} == {"b1"}
+        finally:
+            procs.stop(hung, signal.SIGKILL)
