@@ -212,7 +212,7 @@ def test_a_backend_that_hangs_fails_its_requests_in_flight(cluster, procs):
         first_event = threading.Event()
         stream = pool.submit(_stream, url, first_event, 100)  # b0
         wait_until(first_event.is_set, "the stream's first event")
-        on_b1 = pool.submit(complete, url, max_tokens=20)
+        on_b1 = pool.submit(complete, url, max_tokens=60)
         wait_until(lambda: router_metric(url, "paged_router_backend_outstanding", backend=started[1][0]) == 1,
                    "a request in flight on b1")
         on_b0 = pool.submit(complete, url, max_tokens=100)
