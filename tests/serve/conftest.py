@@ -5,7 +5,8 @@ terminate, then kill, in a finally; it waits for /health for a bounded time and 
 server's own log if it dies first). `procs` starts Python processes (logs in the test's
 tmp_path) and stops every one of them when the test ends, pass or fail: SIGTERM, then SIGKILL.
 `backends(names, ...)` starts fake OpenAI-compatible servers (`tests.serve.fake_backend`),
-`router(urls, policy, ...)` the router in front of some.
+`start_router(...)` a router in front of some, `cluster(...)` both at once, and `shared` a
+module's set of fake servers with a router of each policy.
 """
 from __future__ import annotations
 
