@@ -22,7 +22,6 @@ streamed chunks) and `goodput` (with --slo-ttft-s/--slo-tpot-s). Beyond them: `n
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import math
 import sys
@@ -37,7 +36,8 @@ from paged.workloads.options import add_workload_options, workload_from_args
 from paged.workloads.workload import Workload
 
 from .prompts import PromptMaker
-from .replay import ERROR, FINISHED, Records, replay
+from .replay import ERROR, FINISHED, Records
+from .replay_workers import replay_in_processes
 
 
 def summarize(workload: Workload, rec: Records, wall_s: float, slo_ttft_s: float | None = None,
@@ -101,6 +101,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--slo-ttft-s", type=float, default=None, help="goodput: TTFT target")
     g.add_argument("--slo-tpot-s", type=float, default=None, help="goodput: TPOT target")
     g.add_argument("--timeout-s", type=float, default=600.0, help="longest wait for a byte of an answer")
+    g.add_argument("--workers", type=int, default=1,
+                   help="processes sharing the replay: one times about 10k streamed tokens/s (see replay_workers)")
     g.add_argument("--no-progress", dest="progress_bar", action="store_false")
     return p
 
@@ -116,6 +118,8 @@ def main(argv: list[str] | None = None) -> int:
 
     args = build_parser().parse_args(argv)
     url = args.url.rstrip("/")
+    if args.workers < 1:
+        raise SystemExit(f"--workers {args.workers}: expected >= 1")
     try:
         workload = workload_from_args(args, args.max_model_len, args.block_size)
         prompt = PromptMaker(workload, args.vocab_size, args.min_token_id, args.seed)
@@ -124,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     with tqdm(total=len(workload), desc="requests", unit="req", file=sys.stderr, disable=not args.progress_bar) as bar:
-        rec, wall_s = asyncio.run(replay(url, model, workload, prompt, args.timeout_s, on_done=bar.update))
+        rec, wall_s = replay_in_processes(url, model, workload, prompt, args.workers, args.timeout_s, bar.update)
     summary = summarize(workload, rec, wall_s, args.slo_ttft_s, args.slo_tpot_s)
     print(format_summary({k: v for k, v in summary.items() if k != "errors"}))
     for message, count in summary["errors"].items():

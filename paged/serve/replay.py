@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 import httpx
 import numpy as np
@@ -72,18 +73,20 @@ async def _one(client: httpx.AsyncClient, url: str, body: bytes, i: int, rec: Re
         rec.itl_s[i] = np.diff(times)
 
 
-async def replay(url: str, model: str, workload: Workload, prompt, timeout_s: float = 600.0,
-                 on_done=None) -> tuple[Records, float]:
+async def replay(url: str, model: str, workload: Workload, prompt, timeout_s: float = 600.0, on_done=None,
+                 indices=None, start_wall_s: float | None = None) -> tuple[Records, float]:
     """Replay `workload` against `url` (prompts from `prompt(i)`, outputs of the trace's lengths
     via max_tokens and ignore_eos); returns the records and the replay's length in seconds (from
-    its start to the last answer). `on_done()` is called as each request ends (a progress bar)."""
+    its start to the last answer). `on_done()` is called as each request ends (a progress bar's update).
+    Only the requests `indices` (default: all) are sent, from `start_wall_s` (a `time.time()`;
+    default: now), so that processes can share one replay (`paged.serve.replay_workers`)."""
     loop = asyncio.get_running_loop()
     rec = Records(len(workload))
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
     async with httpx.AsyncClient(timeout=httpx.Timeout(timeout_s), limits=limits) as client:
-        t0 = loop.time() + LEAD_S
+        t0 = loop.time() + (LEAD_S if start_wall_s is None else start_wall_s - time.time())
         tasks = []
-        for i in range(len(workload)):
+        for i in range(len(workload)) if indices is None else indices:
             body = json.dumps({"model": model, "prompt": prompt(i), "max_tokens": int(workload.num_output_tokens[i]),
                                "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}).encode()
             rec.scheduled_s[i] = float(workload.arrival_s[i])

@@ -13,8 +13,10 @@ the router did per backend (`paged.serve.router_metrics`).
 Faults: every backend is probed each `--health-interval-s`; one that fails is taken out until it
 answers again. A request that cannot connect to its backend is retried on another; one whose
 backend fails mid-request ends with HTTP 502 and an OpenAI error body, or, once its stream has
-started, an error event and `data: [DONE]`. A backend that hangs is cut off by the timeouts
-(`--read-timeout-s` between two reads). Malformed JSON is a 400; no backend in service, a 503.
+started, an error event and `data: [DONE]`. A backend that hangs is taken out at its first failed
+probe, and the requests in flight there fail after `--abort-after-failed-probes` (or, whatever
+the probes say, at `--read-timeout-s` without a byte). Malformed JSON is a 400; no backend in
+service, a 503.
 """
 from __future__ import annotations
 
@@ -50,6 +52,37 @@ class RouterConfig:
     health_timeout_s: float = 2.0
     connect_timeout_s: float = 2.0
     read_timeout_s: float = 600.0  # between two reads from a backend: a non-streamed answer comes in one read
+    abort_after_failed_probes: int = 3  # then the requests in flight on a backend that hangs are failed
+
+
+class InFlight:
+    """A request's place in its backend's count of requests in flight: taken when it is sent,
+    given back exactly once, however the request ends."""
+
+    def __init__(self, backend: Backend) -> None:
+        self.backend = backend
+        backend.in_flight += 1
+        self.held = True
+
+    def release(self) -> None:
+        if self.held:
+            self.held = False
+            self.backend.in_flight -= 1
+
+
+class RelayedStream(StreamingResponse):
+    """A relayed event stream that closes its upstream even if its body never starts (the
+    client left before the first byte): a generator's `finally` runs only once it has started."""
+
+    def __init__(self, events, close) -> None:
+        super().__init__(events, media_type="text/event-stream")
+        self._close = close
+
+    async def __call__(self, scope, receive, send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self._close()
 
 
 class Forwarder:
@@ -57,10 +90,12 @@ class Forwarder:
 
     def __init__(self, config: RouterConfig) -> None:
         self.config = config
-        self.backends = [Backend(url) for url in config.backends]
+        timeout = httpx.Timeout(config.read_timeout_s, connect=config.connect_timeout_s)
+        limits = httpx.Limits(max_connections=None)
+        self.backends = [Backend(url, lambda: httpx.AsyncClient(timeout=timeout, limits=limits))
+                         for url in config.backends]
         self.policy = make_router(config.policy, len(self.backends))
         self.metrics = RouterMetrics(self.backends)
-        self.client: httpx.AsyncClient | None = None
 
     def choose(self, ids: list[int] | None) -> Backend | None:
         """The policy's choice among the backends in service (None when there is none)."""
@@ -84,41 +119,51 @@ class Forwarder:
         ids = prefix_ids(payload, self.config.block_size) if self.config.policy == "prefix_aware" else None
         headers = {k: v for k, v in request.headers.items() if k in FORWARDED_HEADERS}
         while (backend := self.choose(ids)) is not None:
-            upstream = self.client.build_request("POST", backend.url + path, content=body, headers=headers)
-            backend.in_flight += 1  # from here until its answer is relayed (see _relay, _events)
+            client = backend.client
+            upstream = client.build_request("POST", backend.url + path, content=body, headers=headers)
+            lease = InFlight(backend)
             self.metrics.requests.labels(backend.url).inc()
             try:
-                response = await self.client.send(upstream, stream=True)
+                response = await client.send(upstream, stream=True)
             except (httpx.ConnectError, httpx.ConnectTimeout):  # never reached the backend: try another
-                backend.in_flight -= 1
+                lease.release()
                 backend.healthy = False
                 self.metrics.errors.labels(backend.url, "connect").inc()
                 continue
             except httpx.HTTPError as e:
-                backend.in_flight -= 1
-                self.metrics.errors.labels(backend.url, "interrupted").inc()
-                return error_response(502, f"backend {backend.url} failed: {_describe(e)}", code="backend_failed")
-            return await self._relay(backend, response)
+                lease.release()
+                return self._failed(backend, e, "")
+            except BaseException:  # cancelled: the client went away
+                lease.release()
+                raise
+            return await self._relay(backend, response, lease)
         self.metrics.rejected.labels("no_backend").inc()
         return error_response(503, "no backend is in service", code="no_backend")
 
-    async def _relay(self, backend: Backend, response: httpx.Response) -> Response:
+    def _failed(self, backend: Backend, e: httpx.HTTPError, when: str) -> Response:
+        self.metrics.errors.labels(backend.url, "interrupted").inc()
+        status = 504 if isinstance(e, httpx.TimeoutException) else 502
+        return error_response(status, f"backend {backend.url} failed{when}: {_describe(e)}", code="backend_failed")
+
+    async def _relay(self, backend: Backend, response: httpx.Response, lease: InFlight) -> Response:
         if response.status_code >= 500:
             self.metrics.errors.labels(backend.url, "status").inc()
+
+        async def close() -> None:
+            lease.release()
+            await response.aclose()
+
         if response.status_code == 200 and response.headers.get("content-type", "").startswith("text/event-stream"):
-            return StreamingResponse(self._events(backend, response), media_type="text/event-stream")
+            return RelayedStream(self._events(backend, response, close), close)
         try:
             content = await response.aread()
         except httpx.HTTPError as e:
-            self.metrics.errors.labels(backend.url, "interrupted").inc()
-            return error_response(502, f"backend {backend.url} failed mid-request: {_describe(e)}",
-                                  code="backend_failed")
+            return self._failed(backend, e, " mid-request")
         finally:
-            backend.in_flight -= 1
-            await response.aclose()
+            await close()
         return Response(content, response.status_code, media_type=response.headers.get("content-type"))
 
-    async def _events(self, backend: Backend, response: httpx.Response):
+    async def _events(self, backend: Backend, response: httpx.Response, close):
         """The backend's events as they come; a stream cut before `[DONE]` ends with an error."""
         done = False
         try:
@@ -130,16 +175,16 @@ class Forwarder:
                 raise httpx.RemoteProtocolError("the stream ended before data: [DONE]")
         except httpx.HTTPError as e:
             self.metrics.errors.labels(backend.url, "interrupted").inc()
-            yield error_events(502, f"backend {backend.url} failed mid-stream: {_describe(e)}", "backend_failed")
+            status = 504 if isinstance(e, httpx.TimeoutException) else 502
+            yield error_events(status, f"backend {backend.url} failed mid-stream: {_describe(e)}", "backend_failed")
         finally:
-            backend.in_flight -= 1
-            await response.aclose()
+            await close()
 
     async def models(self) -> Response:
         for backend in self.backends:
             if backend.healthy:
                 try:
-                    r = await self.client.get(f"{backend.url}/v1/models")
+                    r = await backend.client.get(f"{backend.url}/v1/models")
                 except httpx.HTTPError:
                     continue
                 return Response(r.content, r.status_code, media_type=r.headers.get("content-type"))
@@ -155,21 +200,19 @@ def create_app(config: RouterConfig) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        timeout = httpx.Timeout(config.read_timeout_s, connect=config.connect_timeout_s)
-        async with httpx.AsyncClient(timeout=timeout, limits=httpx.Limits(max_connections=None)) as client:
-            fwd.client = client
-            # A first probe of every backend before serving: a router starts with its backends known.
-            await asyncio.gather(*(probe(b, client, config.health_timeout_s) for b in fwd.backends))
-            tasks = [asyncio.create_task(watch(b, client, config.health_interval_s, config.health_timeout_s))
-                     for b in fwd.backends]
-            try:
-                yield
-            finally:
-                for t in tasks:
-                    t.cancel()
+        # A first probe of every backend before serving: a router starts with its backends known.
+        await asyncio.gather(*(probe(b, config.health_timeout_s) for b in fwd.backends))
+        tasks = [asyncio.create_task(watch(b, config.health_interval_s, config.health_timeout_s,
+                                           config.abort_after_failed_probes)) for b in fwd.backends]
+        try:
+            yield
+        finally:
+            for t in tasks:
+                t.cancel()
+            for b in fwd.backends:
+                await b.client.aclose()
 
     app = FastAPI(title="paged router", lifespan=lifespan)
-    app.state.forwarder = fwd
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:
@@ -212,6 +255,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--connect-timeout-s", type=float, default=d.connect_timeout_s)
     p.add_argument("--read-timeout-s", type=float, default=d.read_timeout_s,
                    help="longest wait between two reads from a backend")
+    p.add_argument("--abort-after-failed-probes", type=int, default=d.abort_after_failed_probes,
+                   help="fail the requests in flight on a backend after this many failed probes in a row")
     p.add_argument("--log-level", default="warning")
     return p
 
@@ -221,6 +266,6 @@ def main(argv: list[str] | None = None) -> int:
 
     args = build_parser().parse_args(argv)
     config = RouterConfig(args.backend, args.policy, args.block_size, args.health_interval_s, args.health_timeout_s,
-                          args.connect_timeout_s, args.read_timeout_s)
+                          args.connect_timeout_s, args.read_timeout_s, args.abort_after_failed_probes)
     uvicorn.run(create_app(config), host=args.host, port=args.port, log_level=args.log_level, access_log=False)
     return 0

@@ -5,7 +5,8 @@ terminate, then kill, in a finally; it waits for /health for a bounded time and 
 server's own log if it dies first). `procs` starts Python processes (logs in the test's
 tmp_path) and stops every one of them when the test ends, pass or fail: SIGTERM, then SIGKILL.
 `backends(names, ...)` starts fake OpenAI-compatible servers (`tests.serve.fake_backend`),
-`router(urls, policy, ...)` the router in front of some.
+`start_router(...)` a router in front of some, `cluster(...)` both at once, and `shared` a
+module's set of fake servers with a router of each policy.
 """
 from __future__ import annotations
 
@@ -157,54 +158,86 @@ def procs(tmp_path):
 
 
 def start_backends(procs: Processes, names: list[str], *options: str, ports: list[int] | None = None):
-    """Fake servers, started together, all healthy: [(url, process)]."""
+    """Fake servers, started together (not yet waited for): [(url, process)]."""
     ports = ports or [free_port() for _ in names]
-    started = [(f"http://127.0.0.1:{port}",
-                procs.start(name, "-m", "tests.serve.fake_backend", "--port", str(port), "--name", name, *options))
-               for name, port in zip(names, ports)]
-    for url, proc in started:
-        procs.wait_healthy(url, proc)
-    return started
+    return [(f"http://127.0.0.1:{port}",
+             procs.start(name, "-m", "tests.serve.fake_backend", "--port", str(port), "--name", name, *options))
+            for name, port in zip(names, ports)]
+
+
+def start_router(procs: Processes, urls: list[str], policy: str, *options: str):
+    """`paged router` in front of `urls` (not yet waited for): (url, process)."""
+    port = free_port()
+    args = ["-m", "paged", "router", "--port", str(port), "--policy", policy, *options]
+    for u in urls:
+        args += ["--backend", u]
+    return f"http://127.0.0.1:{port}", procs.start(f"router-{policy}-{port}", *args)
+
+
+def wait_router(procs: Processes, url: str, proc, backends: list[str]) -> None:
+    """Until the router answers and has every one of `backends` in service."""
+    procs.wait_healthy(url, proc)
+    wait_until(lambda: all(metric(httpx.get(f"{url}/metrics", timeout=5).text, "paged_router_backend_healthy",
+                                  backend=b) == 1 for b in backends), f"{url} has {backends} in service")
 
 
 @pytest.fixture
 def backends(procs):
-    """backends(names, *options, ports=None) -> [(url, process)]: see start_backends."""
-    return lambda *args, **kwargs: start_backends(procs, *args, **kwargs)
+    """backends(names, *options, ports=None) -> [(url, process)]: fake servers, all healthy."""
 
-
-@pytest.fixture(scope="module")
-def shared_backends(tmp_path_factory):
-    """Three fake servers (b0, b1, b2; 50 ms a token) for the tests of a module that kill none
-    of them: URLs."""
-    p = Processes(tmp_path_factory.mktemp("shared"))
-    try:
-        yield [url for url, _ in start_backends(p, ["b0", "b1", "b2"], "--token-delay-s", "0.05")]
-    finally:
-        p.stop_all()
-
-
-@pytest.fixture
-def router(procs):
-    """router(urls, policy, *options) -> url: `paged router` in front of them, healthy."""
-
-    def start(urls: list[str], policy: str, *options: str, healthy: bool = True) -> str:
-        port = free_port()
-        args = ["-m", "paged", "router", "--port", str(port), "--policy", policy, *options]
-        for u in urls:
-            args += ["--backend", u]
-        proc = procs.start(f"router-{port}", *args)
-        url = f"http://127.0.0.1:{port}"
-        if healthy:
+    def start(*args, **kwargs):
+        started = start_backends(procs, *args, **kwargs)
+        for url, proc in started:
             procs.wait_healthy(url, proc)
-        else:  # no backend in service: up when it answers at all
-            wait_until(lambda: _answers(url), f"{url} answers")
-        return url
+        return started
 
     return start
 
 
-def _answers(url: str) -> bool:
+@pytest.fixture
+def cluster(procs):
+    """cluster(names, policy, backend_options=(), router_options=()) -> ([(url, process)], router
+    URL): fake servers and a router in front of them, started at once, all in service."""
+
+    def start(names: list[str], policy: str, backend_options=(), router_options=()):
+        started = start_backends(procs, names, *backend_options)
+        urls = [u for u, _ in started]
+        url, proc = start_router(procs, urls, policy, "--health-interval-s", "0.2", *router_options)
+        for u, p in started:
+            procs.wait_healthy(u, p)
+        wait_router(procs, url, proc, urls)
+        return started, url
+
+    return start
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory):
+    """For the tests of a module that kill nothing: three fake servers (b0, b1, b2; 50 ms a
+    token), a router of each policy in front of them (least_kv scraping often), and one in front
+    of nothing, all started at once. A dict: "backends" (URLs), each policy's router URL, and
+    "nowhere" (the router without a backend)."""
+    p = Processes(tmp_path_factory.mktemp("shared"))
+    try:
+        started = start_backends(p, ["b0", "b1", "b2"], "--token-delay-s", "0.05")
+        urls = [u for u, _ in started]
+        routers = {policy: start_router(p, urls, policy, *(("--health-interval-s", "0.2") if policy == "least_kv"
+                                                              else ()))
+                   for policy in ("round_robin", "prefix_aware", "least_kv")}
+        nowhere, nowhere_proc = start_router(p, [f"http://127.0.0.1:{free_port()}"], "least_outstanding")
+        for u, proc in started:
+            p.wait_healthy(u, proc)
+        for url, proc in routers.values():
+            wait_router(p, url, proc, urls)
+        wait_until(lambda: _answers(nowhere, nowhere_proc), "the router without a backend answers")
+        yield {"backends": urls, "nowhere": nowhere, **{policy: url for policy, (url, _) in routers.items()}}
+    finally:
+        p.stop_all()
+
+
+def _answers(url: str, proc) -> bool:
+    if proc.poll() is not None:
+        raise AssertionError(f"{proc.args} exited with {proc.returncode}:\n{proc.log_path.read_text()}")
     try:
         httpx.get(f"{url}/health", timeout=1.0)
         return True

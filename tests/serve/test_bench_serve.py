@@ -42,12 +42,13 @@ def test_prompts_share_real_tokens_where_the_trace_shares_ids():
 
 
 def test_summary_has_the_simulators_keys(backends, tmp_path, capsys):
+    """Also: two processes share the replay (--workers 2), and their records merge into one."""
     azure_conv = AZURE_CONV
     (url, _), = backends(["b0"], "--token-delay-s", "0.002")
     out, csv = tmp_path / "bench.json", tmp_path / "requests.csv"
     assert main(["--url", url, "--trace", str(azure_conv), "--num-requests", "12", "--time-scale", "0.05",
                  "--max-model-len", "600", "--slo-ttft-s", "5", "--slo-tpot-s", "1", "--json", str(out),
-                 "--requests-csv", str(csv), "--no-progress"]) == 0
+                 "--requests-csv", str(csv), "--no-progress", "--workers", "2"]) == 0
     doc = json.loads(out.read_text())
     sim_out = tmp_path / "sim.json"
     assert sim_main(["run", "--trace", str(azure_conv), "--num-requests", "12", "--slo-ttft-s", "5",
@@ -61,7 +62,8 @@ def test_summary_has_the_simulators_keys(backends, tmp_path, capsys):
     assert doc["num_finished"] == 12 and doc["num_errors"] == 0
     assert set(doc["send_lateness_s"]) == {"mean", "p50", "p90", "p99", "max"}
     rows = pd.read_csv(csv)
-    assert len(rows) == 12 and (rows.status == "finished").all()
+    assert len(rows) == 12 and (rows.status == "finished").all() and rows.sent_s.notna().all()
+    assert (np.diff(rows.arrival_s) >= 0).all()  # the schedule is the trace's, whoever sent each request
     assert (rows.num_generated == rows.num_output_tokens).all()  # ignore_eos and max_tokens: the trace's lengths
     assert (rows.num_prompt_tokens <= 599).all() and doc["workload"]["trace"] == str(azure_conv)
 

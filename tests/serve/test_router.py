@@ -14,12 +14,12 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import openai
 
-from .conftest import metric, wait_until
+from .conftest import metric, start_router, wait_router, wait_until
 
 
-def complete(url: str, prompt="hi", max_tokens: int = 2, **extra) -> httpx.Response:
+def complete(url: str, prompt="hi", max_tokens: int = 2, timeout_s: float = 30, **extra) -> httpx.Response:
     return httpx.post(f"{url}/v1/completions", json={"model": "fake-model", "prompt": prompt,
-                                                      "max_tokens": max_tokens, **extra}, timeout=30)
+                                                      "max_tokens": max_tokens, **extra}, timeout=timeout_s)
 
 
 def served_by(response: httpx.Response) -> str:
@@ -31,21 +31,22 @@ def router_metric(url: str, name: str, **labels) -> float | None:
     return metric(httpx.get(f"{url}/metrics", timeout=5).text, name, **labels)
 
 
-def test_round_robin_cycles_through_the_backends_in_order(shared_backends, router):
-    urls = shared_backends
-    url = router(urls, "round_robin")
-    assert [served_by(complete(url)) for _ in range(6)] == ["b0", "b1", "b2"] * 2
-    assert router_metric(url, "paged_router_routing_decisions_total", backend=urls[1]) == 2
+def test_round_robin_cycles_through_the_backends_in_order(shared):
+    url = shared["round_robin"]
+    before = [router_metric(url, "paged_router_routing_decisions_total", backend=b) or 0 for b in shared["backends"]]
+    names = [served_by(complete(url)) for _ in range(6)]
+    assert len(set(names[:3])) == 3 and names[3:] == names[:3]
+    after = [router_metric(url, "paged_router_routing_decisions_total", backend=b) for b in shared["backends"]]
+    assert [a - b for a, b in zip(after, before)] == [2, 2, 2]
 
 
-def test_prefix_aware_keeps_a_prefix_on_one_backend(shared_backends, router):
+def test_prefix_aware_keeps_a_prefix_on_one_backend(shared):
     """Two groups, each its prompts sharing a long prefix (one as token ids, one as chat text),
     in three rounds of one request per group at once. The first round spreads the groups (the
     first request, 2 s long, is still running when the second arrives, so least outstanding
     sends it elsewhere); later rounds must follow their prefix, where round robin would move
     them."""
-    urls = shared_backends
-    url = router(urls, "prefix_aware")
+    urls, url = shared["backends"], shared["prefix_aware"]
     ids_prefix = list(range(1000, 1064))
     text_prefix = "You are a helpful assistant who answers in French. " * 2
 
@@ -74,9 +75,8 @@ def test_prefix_aware_keeps_a_prefix_on_one_backend(shared_backends, router):
     assert served["ids"][0] != served["chat"][0], served
 
 
-def test_least_kv_follows_the_scraped_kv_usage(shared_backends, router):
-    urls = shared_backends
-    url = router(urls, "least_kv", "--health-interval-s", "0.1")
+def test_least_kv_follows_the_scraped_kv_usage(shared):
+    urls, url = shared["backends"], shared["least_kv"]
 
     def set_usage(usages):
         for u, v in zip(urls, usages):
@@ -91,13 +91,13 @@ def test_least_kv_follows_the_scraped_kv_usage(shared_backends, router):
     set_usage([0.0, 0.0, 0.0])
 
 
-def test_streams_pass_through_to_the_openai_client(shared_backends, router):
-    client = openai.OpenAI(base_url=f"{router(shared_backends, 'round_robin')}/v1", api_key="unused", max_retries=0)
+def test_streams_pass_through_to_the_openai_client(shared):
+    client = openai.OpenAI(base_url=f"{shared['round_robin']}/v1", api_key="unused", max_retries=0)
     stream = client.completions.create(model="fake-model", prompt="hi", max_tokens=5, stream=True,
                                        stream_options={"include_usage": True})
     chunks = list(stream)
     assert [c.choices[0].text for c in chunks if c.choices] == [f"t{i} " for i in range(5)]
-    assert chunks[-1].usage.completion_tokens == 5 and chunks[0].system_fingerprint == "b0"
+    assert chunks[-1].usage.completion_tokens == 5 and chunks[0].system_fingerprint in {"b0", "b1", "b2"}
     chat = client.chat.completions.create(model="fake-model", messages=[{"role": "user", "content": "hi"}],
                                           max_tokens=3, stream=True)
     deltas = [c.choices[0].delta.content for c in chat]
@@ -105,22 +105,34 @@ def test_streams_pass_through_to_the_openai_client(shared_backends, router):
     assert client.models.list().data[0].id == "fake-model"
     whole = client.chat.completions.create(model="fake-model", messages=[{"role": "user", "content": "hi"}],
                                            max_tokens=3)
-    assert whole.choices[0].message.content == "t0 t1 t2 " and whole.system_fingerprint == "b2"
+    assert whole.choices[0].message.content == "t0 t1 t2 "
 
 
-def test_bad_json_is_a_400_and_no_backend_a_503(shared_backends, router):
-    url = router(shared_backends, "round_robin")
+def test_bad_json_is_a_400_and_no_backend_a_503(shared):
+    url, nowhere = shared["round_robin"], shared["nowhere"]
+    before = router_metric(url, "paged_router_rejected_total", reason="bad_request") or 0
     r = httpx.post(f"{url}/v1/completions", content=b'{"prompt": "hi", ', timeout=10)
     assert r.status_code == 400 and set(r.json()["error"]) == {"message", "type", "param", "code"}
     assert httpx.post(f"{url}/v1/completions", content=b"[1, 2]", timeout=10).status_code == 400
-    assert router_metric(url, "paged_router_rejected_total", reason="bad_request") == 2
-
-    from .conftest import free_port
-
-    nowhere = router([f"http://127.0.0.1:{free_port()}"], "least_outstanding", healthy=False)
+    assert router_metric(url, "paged_router_rejected_total", reason="bad_request") == before + 2
     assert httpx.get(f"{nowhere}/health", timeout=10).status_code == 503
     r = complete(nowhere)
     assert r.status_code == 503 and r.json()["error"]["code"] == "no_backend"
+
+
+def test_clients_that_leave_give_their_place_back(shared):
+    """A client that leaves mid-stream, or before a plain answer comes, no longer counts as in
+    flight at its backend (least_outstanding and prefix_aware would avoid it forever)."""
+    url = shared["round_robin"]
+    with httpx.stream("POST", f"{url}/v1/completions", timeout=30, json={
+            "model": "fake-model", "prompt": "hi", "max_tokens": 100, "stream": True}) as r:
+        next(r.iter_lines())
+    try:
+        complete(url, max_tokens=100, timeout_s=0.3)
+    except httpx.TimeoutException:
+        pass
+    wait_until(lambda: all(router_metric(url, "paged_router_backend_outstanding", backend=b) == 0
+                           for b in shared["backends"]), "no request in flight")
 
 
 def _stream(url: str, started: threading.Event, max_tokens: int) -> tuple[list[str], list[dict]]:
@@ -141,23 +153,23 @@ def _stream(url: str, started: threading.Event, max_tokens: int) -> tuple[list[s
     raise AssertionError(f"the stream ended without data: [DONE] (texts {texts}, errors {errors})")
 
 
-def test_a_request_that_cannot_connect_is_sent_elsewhere(backends, router, procs):
+def test_a_request_that_cannot_connect_is_sent_elsewhere(backends, procs):
     """Before the router's next probe (a minute away here) notices a backend is gone, the
     requests it sends there fail to connect and go to another backend: all succeed."""
     started = backends(["b0", "b1"])
-    url = router([u for u, _ in started], "round_robin", "--health-interval-s", "60")
+    url, proc = start_router(procs, [u for u, _ in started], "round_robin", "--health-interval-s", "60")
+    wait_router(procs, url, proc, [u for u, _ in started])
     procs.stop(started[1][1], signal.SIGKILL)
     assert [served_by(complete(url)) for _ in range(4)] == ["b0"] * 4
     assert router_metric(url, "paged_router_errors_total", backend=started[1][0], reason="connect") == 1
 
 
-def test_a_backend_killed_mid_run(backends, router, procs):
+def test_a_backend_killed_mid_run(cluster, backends, procs):
     """Requests in flight on the killed backend end with an error (a stream: an error event then
     [DONE]; a plain request: 502), never hang; the others finish; later requests all succeed on
     the survivors; the backend rejoins when it is restarted."""
-    started = backends(["b0", "b1", "b2"], "--token-delay-s", "0.05")
+    started, url = cluster(["b0", "b1", "b2"], "round_robin", ["--token-delay-s", "0.05"])
     urls = [u for u, _ in started]
-    url = router(urls, "round_robin", "--health-interval-s", "0.2")
     outstanding = [lambda u=u: router_metric(url, "paged_router_backend_outstanding", backend=u) for u in urls]
     with ThreadPoolExecutor(5) as pool:
         streams = []
@@ -186,3 +198,31 @@ def test_a_backend_killed_mid_run(backends, router, procs):
     wait_until(lambda: router_metric(url, "paged_router_backend_healthy", backend=urls[1]) == 1, "b1 rejoins")
     assert "b1" in {served_by(complete(url)) for _ in range(6)}
 
+
+
+
+def test_a_backend_that_hangs_fails_its_requests_in_flight(cluster, procs):
+    """A stopped backend keeps its connections open, so nothing breaks by itself: the router takes
+    it out at its first failed probe and fails what is in flight there after three (a stream: an
+    error event then [DONE]; a plain request: 502), long before the read timeout."""
+    started, url = cluster(["b0", "b1"], "round_robin", ["--token-delay-s", "0.05"],
+                           ["--health-timeout-s", "0.5", "--read-timeout-s", "600"])
+    hung = started[0][1]
+    with ThreadPoolExecutor(3) as pool:
+        first_event = threading.Event()
+        stream = pool.submit(_stream, url, first_event, 100)  # b0
+        wait_until(first_event.is_set, "the stream's first event")
+        on_b1 = pool.submit(complete, url, max_tokens=60)
+        wait_until(lambda: router_metric(url, "paged_router_backend_outstanding", backend=started[1][0]) == 1,
+                   "a request in flight on b1")
+        on_b0 = pool.submit(complete, url, max_tokens=100)
+        wait_until(lambda: router_metric(url, "paged_router_backend_outstanding", backend=started[0][0]) == 2,
+                   "two requests in flight on b0")
+        hung.send_signal(signal.SIGSTOP)
+        try:  # (a bound on the wait, for a router that would wait for its read timeout)
+            texts, errors = stream.result(timeout=60)
+            assert errors and errors[0]["code"] == "backend_failed" and len(texts) < 100
+            assert on_b0.result(timeout=60).status_code == 502 and served_by(on_b1.result()) == "b1"
+            assert {served_by(complete(url)) for _ in range(4)} == {"b1"}
+        finally:
+            procs.stop(hung, signal.SIGKILL)

@@ -1,0 +1,29 @@
+"""The prefix-aware router's ids: equal exactly as far as two prompts agree block for block."""
+from paged.serve.launch import block_size_option
+from paged.serve.prefix_ids import prefix_ids
+
+
+def test_token_ids_agree_block_for_block():
+    a = prefix_ids({"prompt": list(range(40))}, 16)
+    b = prefix_ids({"prompt": list(range(32)) + [7] * 8}, 16)
+    c = prefix_ids({"prompt": [99] + list(range(1, 40))}, 16)
+    assert len(a) == 2 and a == b  # the partial third block names nothing
+    assert c[0] != a[0] and c[1] != a[1]  # chained: a different first block changes every id after it
+    assert prefix_ids({"prompt": [list(range(40)), [1, 2]]}, 16) == a  # a batch: its first prompt
+
+
+def test_text_and_chat_are_hashed_in_blocks_of_characters():
+    system = {"role": "system", "content": "x" * 64}
+    one = prefix_ids({"messages": [system, {"role": "user", "content": "first question"}]}, 16)
+    two = prefix_ids({"messages": [system, {"role": "user", "content": "another one"}]}, 16)
+    assert one[:4] == two[:4] and one != two
+    parts = {"role": "system", "content": [{"type": "text", "text": "x" * 64}]}
+    assert prefix_ids({"messages": [parts]}, 16)[:4] == prefix_ids({"messages": [system]}, 16)[:4]
+    assert prefix_ids({"prompt": "y" * 33}, 16) == prefix_ids({"prompt": "y" * 32 + "z"}, 16)
+    assert prefix_ids({"model": "m"}, 16) is None
+
+
+def test_the_launcher_gives_the_router_the_engines_block_size():
+    assert block_size_option(["--max-num-seqs", "8", "--block-size", "32"]) == ["--block-size", "32"]
+    assert block_size_option(["--block-size=8"]) == ["--block-size", "8"]
+    assert block_size_option(["--max-num-seqs", "8"]) == []
