@@ -46,7 +46,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.cache_ops import FP8, INT4, INT8, kv_format
+from kernels.cache_ops import FLOAT, FP8, INT4, INT8, kv_format
 from kernels.jit import Kernel
 
 LOG2_E = 1.4426950408889634
@@ -60,7 +60,7 @@ def _paged_attention_kernel(
     query_ptr,
     key_cache_ptr,
     value_cache_ptr,
-    k_scale_ptr,  # float32, quantized only: int8 [blocks, block_size, kv_heads], fp8 [1] or [kv_heads], int4 [..., groups]
+    k_scale_ptr,  # float32, quantized only: int8 [blocks, block_size, kv_heads], fp8 [1]/[kv_heads], int4 [.., groups]
     v_scale_ptr,
     block_table_ptr,
     seq_lens_ptr,
@@ -264,15 +264,18 @@ class TileShape:
     num_warps: int
 
     @staticmethod
-    def choose(decode_only: bool, queries_per_kv: int, head_dim: int, dtype: torch.dtype, device: torch.device):
+    def choose(decode_only: bool, queries_per_kv: int, head_dim: int, dtype: torch.dtype, device: torch.device,
+               kv_format: int = FLOAT):
         """Tiles per batch kind, dtype and device.
 
         Decode gets one query token per program (rows = its GQA group, at least the 16 ``tl.dot``
         needs); prefill fills 128 rows to keep tensor cores busy. float32 tiles are smaller: its
         exact ("ieee") products run on FMA units and need registers, and at the bf16 sizes they
         spill. The GPU shapes compile without register spills for sm_80 and sm_90 (checked by
-        ptxas in tests/kernels/test_compile.py). Under the interpreter, small tiles keep the tests quick
-        and still cross block boundaries inside a sequence.
+        ptxas in tests/kernels/test_compile.py). An int4 cache halves the key tile: unpacking holds
+        the bytes, the scales and both halves of each K/V tile in registers at once, and a 128-row
+        prefill at 64 keys spilled 340 bytes on sm_80. Under the interpreter, small tiles keep the
+        tests quick and still cross block boundaries inside a sequence.
         """
         on_gpu = device.type != "cpu"
         head_dim_pad = _pow2_at_least(head_dim, 16)
@@ -283,7 +286,7 @@ class TileShape:
         else:
             block_m = _pow2_at_least(queries_per_kv, 128 if wide else 64 if on_gpu else 32)
             block_q = block_m // queries_per_kv
-        tile_n = (64 if head_dim_pad <= 128 else 32) if wide else 16
+        tile_n = (64 if head_dim_pad <= 128 and kv_format != INT4 else 32) if wide else 16
         num_warps = 8 if on_gpu and (block_m >= 128 or not wide) else 4
         return TileShape(block_q, block_m, tile_n, head_dim_pad, num_warps)
 
@@ -335,7 +338,8 @@ def paged_attention(
     query_start_loc = query_start_loc.contiguous()
 
     decode_only = num_tokens == num_seqs
-    tiles = TileShape.choose(decode_only, queries_per_kv, head_dim, query.dtype, device)
+    fmt = kv_format(key_cache)
+    tiles = TileShape.choose(decode_only, queries_per_kv, head_dim, query.dtype, device, fmt)
     block_q, block_m = tiles.block_q, tiles.block_m
     seq_slack = 1 if block_q > 1 else 0
     num_programs = num_tokens // block_q + num_seqs * seq_slack
@@ -349,7 +353,6 @@ def paged_attention(
     else:
         partial_out = torch.empty(num_tokens, num_heads, num_splits, head_dim, dtype=torch.float32, device=device)
         partial_lse = torch.empty(num_tokens, num_heads, num_splits, dtype=torch.float32, device=device)
-    fmt = kv_format(key_cache)
     _paged_attention_kernel.on(device)[(num_programs, num_kv_heads, num_splits)](
         out,
         partial_out,

@@ -31,9 +31,10 @@ import triton.language as tl
 from kernels import quant
 from kernels.jit import Kernel
 
-
-FLOAT, INT8, FP8, INT4 = 0, 1, 2, 3  # KV_FORMAT, shared with kernels.attention
-RNE_MAGIC = 12582912.0  # 1.5 * 2**23: adding and subtracting it rounds |y| < 2**22 to an integer, ties to even
+# KV_FORMAT, shared with kernels.attention; constexpr, so that kernels may read them as globals.
+FLOAT, INT8, FP8, INT4 = (tl.constexpr(code) for code in range(4))
+# 1.5 * 2**23: adding and subtracting it rounds |y| < 2**22 to an integer, ties to even.
+RNE_MAGIC = tl.constexpr(12582912.0)
 
 
 def kv_format(cache: torch.Tensor) -> int:
@@ -86,12 +87,14 @@ def _write_slots_kernel(
         tl.store(cache_scale_ptr + slot * NUM_KV_HEADS + heads, scale, mask=heads < NUM_KV_HEADS)
     elif KV_FORMAT == FP8:
         head_scale = tl.load(cache_scale_ptr + heads * FP8_SCALE_STRIDE, mask=heads < NUM_KV_HEADS, other=1.0)
-        scaled = new.to(tl.float32) / head_scale[:, None]
+        # div_rn: IEEE division, as torch's (a plain "/" compiles to the approximate div.full.f32).
+        scaled = tl.div_rn(new.to(tl.float32), head_scale[:, None])
         scaled = tl.minimum(tl.maximum(scaled, -FP8_MAX), FP8_MAX)
         bits = scaled.to(tl.int32, bitcast=True)
         exponent = tl.maximum(((bits >> 23) & 0xFF) - 127, -6)
-        step = ((exponent + 124) << 23).to(tl.float32, bitcast=True)  # 2 ** (exponent - 3), exact
-        magnitude = ((tl.abs(scaled) / step + RNE_MAGIC) - RNE_MAGIC) * step
+        step = ((exponent + 124) << 23).to(tl.float32, bitcast=True)  # 2 ** (exponent - 3)
+        inverse_step = ((130 - exponent) << 23).to(tl.float32, bitcast=True)  # powers of two: both products exact
+        magnitude = ((tl.abs(scaled) * inverse_step + RNE_MAGIC) - RNE_MAGIC) * step
         rounded = tl.where(bits < 0, -magnitude, magnitude)  # the sign bit: -1e-4 becomes -0.0, as in torch
         tl.store(cache_ptr + cache_offset, rounded.to(cache_ptr.dtype.element_ty), mask=mask)
     else:
@@ -138,7 +141,8 @@ def _write_slots_int4_kernel(
     high = tl.load(row + (even + 1) * stride_new_dim, mask=mask, other=0.0).to(tl.float32)
     abs_max = tl.maximum(tl.max(tl.abs(low), axis=2), tl.max(tl.abs(high), axis=2))
     scale = tl.maximum(abs_max, MIN_ABS_MAX) / QUANT_MAX  # [heads, groups]
-    packed = _nibble(low, scale[:, :, None], QUANT_MAX, OFFSET) | (_nibble(high, scale[:, :, None], QUANT_MAX, OFFSET) << 4)
+    low_nibble = _nibble(low, scale[:, :, None], QUANT_MAX, OFFSET)
+    packed = low_nibble | (_nibble(high, scale[:, :, None], QUANT_MAX, OFFSET) << 4)
     head_row = slot * NUM_KV_HEADS + heads
     tl.store(cache_ptr + head_row * (NUM_GROUPS * HALF_GROUP) + groups * HALF_GROUP + pairs, packed.to(tl.uint8),
              mask=mask)
@@ -208,6 +212,8 @@ def copy_blocks(caches: list[torch.Tensor], block_mapping: torch.Tensor) -> None
         return
     block_mapping = block_mapping.contiguous()
     for cache in caches:
+        if cache.dtype == quant.FP8_DTYPE:  # moved as bytes: no conversion can touch a NaN's payload
+            cache = cache.view(torch.uint8)
         block_numel = cache[0].numel()
         chunk = min(4096, triton.next_power_of_2(block_numel))
         _copy_blocks_kernel.on(cache.device)[(num_pairs, triton.cdiv(block_numel, chunk))](

@@ -95,7 +95,8 @@ def check_kv_cache(key_cache, value_cache, k_scale, v_scale, like: tuple | None 
             _check_shape(scale_name, cache_scale[..., 0], key_cache.shape[:3])
             head_dim, num_groups = 2 * key_cache.shape[3], cache_scale.shape[3]
             group_size = head_dim // max(num_groups, 1)
-            if num_groups == 0 or group_size * num_groups != head_dim or group_size < 2 or group_size & (group_size - 1):
+            if num_groups == 0 or group_size * num_groups != head_dim or group_size < 2 \
+                    or group_size & (group_size - 1):
                 _fail(scale_name, f"{num_groups} int4 groups do not cut head_dim {head_dim} into groups of a "
                       "power-of-two size >= 2")
         else:

@@ -22,6 +22,12 @@ Why groups: one scale for a whole head lets a single outlier channel (keys have 
 every other channel to a few levels; a group confines it. ``group_size`` must be a power of two
 (the kernels tile a group) and even (a byte must not straddle two groups); head_dim must be even.
 
+Error bounds (:func:`error_bound`), for ``s`` a value's scale: int8 and int4 store each value
+to within half a step, ``s / 2``, with ``s = max|x| / 127`` over the head, or ``max|x| / 7`` over the
+group; fp8 to within ``max(2**-4 |x|, 2**-10 s)`` up to ``448 s``, and past it (saturated) to
+``|x| - 448 s``. Each is widened by ``2**-12`` of itself for the float32 rounding of ``x / s`` and
+``q * s`` (at most a few ``2**-24`` relative).
+
 Bytes per token and head: int8 ``head_dim + 4``, fp8 ``head_dim``, int4 ``head_dim / 2 +
 4 * head_dim / group_size``; float16 ``2 * head_dim``.
 
@@ -102,7 +108,7 @@ def int4_group_size(head_dim: int) -> int:
 
 
 def quantize_int4(x: torch.Tensor, group_size: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """int4: ``x [..., head_dim]`` -> (uint8 ``[..., head_dim // 2]``, float32 scales ``[..., head_dim // group_size]``)."""
+    """int4: ``x [..., head_dim]`` -> (uint8 ``[..., head_dim // 2]``, float32 ``[..., head_dim // group_size]``)."""
     check_int4_layout(x.shape[-1], group_size)
     groups = x.float().unflatten(-1, (-1, group_size))
     scale = groups.abs().amax(dim=-1).clamp_min(MIN_ABS_MAX) / INT4_MAX
@@ -136,3 +142,27 @@ def cache_bytes_per_token(num_kv_heads: int, head_dim: int, dtype: torch.dtype |
     else:
         per_head = head_dim * dtype.itemsize
     return 2 * num_kv_heads * per_head
+
+
+ROUNDING_SLACK = 1 + 2**-12
+
+
+def error_bound(x: torch.Tensor, kv_format: str, *, fp8_scale: torch.Tensor | None = None,
+                group_size: int | None = None) -> torch.Tensor:
+    """The largest ``|stored - x|`` each value of ``x [..., num_kv_heads, head_dim]`` can have once written in
+    ``kv_format`` (``"int8"``, ``"fp8"`` with its scale, ``"int4"`` with its group size), derived in the
+    module docstring; float32, shaped like ``x``."""
+    x = x.float()
+    if kv_format == "int8":
+        bound = (x.abs().amax(-1, keepdim=True).clamp_min(MIN_ABS_MAX) / QUANT_MAX / 2).expand_as(x)
+    elif kv_format == "int4":
+        groups = x.abs().unflatten(-1, (-1, group_size))
+        bound = (groups.amax(-1, keepdim=True).clamp_min(MIN_ABS_MAX) / INT4_MAX / 2).expand_as(groups).flatten(-2)
+    elif kv_format == "fp8":
+        scale = fp8_scale.float()[:, None]
+        scaled = x.abs() / scale
+        within = torch.maximum(scaled * 2**-4, torch.full_like(scaled, 2**-10))
+        bound = torch.where(scaled > FP8_MAX, scaled - FP8_MAX, within) * scale
+    else:
+        raise ValueError(f"kv_format: expected 'int8', 'fp8' or 'int4', got {kv_format!r}")
+    return bound * ROUNDING_SLACK

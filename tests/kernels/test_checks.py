@@ -106,6 +106,66 @@ def test_paged_attention_rejects_bad_scales(case):
         kernels.paged_attention(**args)
 
 
+def fp8_cache(scale_shape=(1,)) -> dict:
+    return {
+        "key_cache": torch.zeros(4, 8, 2, 16, dtype=torch.float8_e4m3fn),
+        "value_cache": torch.zeros(4, 8, 2, 16, dtype=torch.float8_e4m3fn),
+        "k_scale": torch.ones(scale_shape),
+        "v_scale": torch.ones(scale_shape),
+    }
+
+
+def int4_cache(num_groups=2) -> dict:
+    return {
+        "key_cache": torch.zeros(4, 8, 2, 8, dtype=torch.uint8),
+        "value_cache": torch.zeros(4, 8, 2, 8, dtype=torch.uint8),
+        "k_scale": torch.ones(4, 8, 2, num_groups),
+        "v_scale": torch.ones(4, 8, 2, num_groups),
+    }
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("cache", [fp8_cache(), fp8_cache((2,)), int4_cache(), int4_cache(8)], ids=str)
+def test_paged_attention_takes_fp8_and_int4_caches(cache, backend):
+    out = kernels.paged_attention(**{**attention_args(), **cache}, backend=backend)
+    assert out.shape == (3, 4, 16) and torch.isfinite(out).all()
+
+
+BAD_QUANTIZED_ATTENTION = {
+    "fp8 without scales": (fp8_cache(), "k_scale", None),
+    "fp8 scale per token": (fp8_cache(), "k_scale", torch.ones(4, 8, 2)),
+    "fp8 scale for 3 heads of 2": (fp8_cache(), "v_scale", torch.ones(3)),
+    "fp8 scale of zero": (fp8_cache(), "k_scale", torch.zeros(1)),
+    "fp8 scale NaN": (fp8_cache(), "v_scale", torch.full((1,), math.nan)),
+    "fp8 scales of two shapes": (fp8_cache(), "v_scale", torch.ones(2)),
+    "int4 scales of 3 groups in 16 channels": (int4_cache(), "k_scale", torch.ones(4, 8, 2, 3)),
+    "int4 scales of group size 1": (int4_cache(), "k_scale", torch.ones(4, 8, 2, 16)),
+    "int4 scales per head only": (int4_cache(), "v_scale", torch.ones(4, 8, 2)),
+    "int4 cache not packed (16 bytes for head_dim 16)": (int4_cache(), "key_cache", torch.zeros(4, 8, 2, 16,
+                                                                                                dtype=torch.uint8)),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_QUANTIZED_ATTENTION))
+def test_paged_attention_rejects_bad_quantized_caches(case):
+    cache, name, bad = BAD_QUANTIZED_ATTENTION[case]
+    args = {**attention_args(), **cache, name: bad}
+    if name == "key_cache":
+        args["value_cache"] = bad
+    with pytest.raises(ValueError, match=f"^{name}:"):
+        kernels.paged_attention(**args)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_int4_write_refuses_an_odd_head_dim(backend):
+    """int4 packs two channels a byte: a head_dim of 15 cannot be stored, whatever the cache's shape."""
+    args = {**write_args(), "key": torch.randn(3, 2, 15), "value": torch.randn(3, 2, 15),
+            **int4_cache(num_groups=1)}
+    args["key_cache"] = args["value_cache"] = torch.zeros(4, 8, 2, 7, dtype=torch.uint8)
+    with pytest.raises(ValueError, match="^key: head_dim 15 is odd, but an int4 cache packs two values a byte"):
+        kernels.reshape_and_cache(**args, backend=backend)
+
+
 def test_rejects_unknown_backend():
     with pytest.raises(ValueError, match="^backend:"):
         kernels.paged_attention(**attention_args(), backend="cuda")
