@@ -47,8 +47,11 @@ def _check_contiguous(name: str, x: torch.Tensor) -> None:
 def check_kv_cache(key_cache, value_cache, k_scale, v_scale, like: tuple | None = None) -> None:
     """Both caches ``[num_blocks, block_size, num_kv_heads, last_dim]``, alike, contiguous, with their scales.
 
-    ``like=(name, tensor)``: the caches must be on that tensor's device, of its dtype or a
-    quantized one, and hold its last dimension (``head_dim``; half of it, packed, for int4).
+    ``like=(name, tensor)``: the caches must be on that tensor's device and hold its last
+    dimension (``head_dim``; half of it, packed, for int4). A float cache is of ``tensor``'s dtype,
+    or float16 under float32 (the engine's "fp16" cache under a float32 model, as on CPUs): writes
+    round to nearest, reads convert exactly. (Not bfloat16: Triton 3.8's interpreter rounds float32
+    to bfloat16 differently from torch, which the write test caught.)
 
     The cache's dtype says its format (``kernels.quant``): a float cache has no scales; the others
     need float32 ``k_scale`` and ``v_scale`` shaped ``[num_blocks, block_size, num_kv_heads]`` (int8),
@@ -59,9 +62,10 @@ def check_kv_cache(key_cache, value_cache, k_scale, v_scale, like: tuple | None 
     packed = key_cache.dtype == quant.INT4_DTYPE
     if like is not None:
         name, tensor = like
-        if key_cache.dtype not in (tensor.dtype, *quant.QUANTIZED_DTYPES):
-            _fail("key_cache", f"dtype {key_cache.dtype} is neither {name}'s {tensor.dtype} nor a quantized format "
-                  f"({', '.join(str(d) for d in quant.QUANTIZED_DTYPES)})")
+        readable = (tensor.dtype, *((torch.float16,) if tensor.dtype == torch.float32 else ()))
+        if key_cache.dtype in ATTENTION_DTYPES and key_cache.dtype not in readable:
+            _fail("key_cache", f"a {key_cache.dtype} cache cannot be read exactly as {name}'s {tensor.dtype}: "
+                  f"expected one of {[str(d) for d in readable]} or a quantized format")
         head_dim = tensor.shape[-1]
         if packed and head_dim % 2:
             _fail(name, f"head_dim {head_dim} is odd, but an int4 cache packs two values a byte")

@@ -158,7 +158,7 @@ def reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, k_scale,
     for new, cache, cache_scale in ((key, key_cache, k_scale), (value, value_cache, v_scale)):
         new = new[stored]
         if cache_scale is None:
-            cache.flatten(0, 1)[slots] = new
+            cache.flatten(0, 1)[slots] = new.to(cache.dtype)
         elif cache.dtype == quant.FP8_DTYPE:  # a static scale: only the values are written
             cache.flatten(0, 1)[slots] = quant.quantize_fp8(new, cache_scale)
         else:

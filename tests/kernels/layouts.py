@@ -114,7 +114,8 @@ def _fill_cache(shape, slots, dtype, kv_format, layout, generator):
     num_blocks, block_size, num_kv_heads, head_dim = shape
     values = torch.randn(len(slots), num_kv_heads, head_dim, generator=generator)
     slots = torch.tensor(slots, dtype=torch.long)
-    if kv_format is None:
+    if kv_format in (None, "float16"):
+        dtype = getattr(torch, kv_format) if kv_format else dtype
         cache = torch.full(shape, float("nan"), dtype=dtype)
         cache.flatten(0, 1)[slots] = values.to(dtype)
         return cache, None
@@ -139,7 +140,8 @@ def _fill_cache(shape, slots, dtype, kv_format, layout, generator):
 @st.composite
 def paged_batches(draw, device: str = "cpu", dtype=None, kv_format: str | None = None, max_seqs: int = 4):
     """A :class:`PagedBatch` on ``device``; ``dtype=None`` draws one of :data:`DTYPES`; ``kv_format``:
-    None for a cache of the query's dtype, or one of :data:`QUANTIZED_FORMATS`."""
+    None for a cache of the query's dtype, "float16" for one under float32 queries, or one of
+    :data:`QUANTIZED_FORMATS`."""
     dtype = dtype or draw(st.sampled_from(DTYPES))
     block_size = draw(st.sampled_from([1, 2, 8, 16, 32]))
     head_dim = draw(st.sampled_from([8, 16, 24, 64]))

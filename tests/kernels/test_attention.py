@@ -39,6 +39,13 @@ def test_quantized_cache_matches_oracle(device, kv_format, data):
 
 @pytest.mark.parametrize("device", DEVICES)
 @given(data=st.data())
+def test_float16_cache_under_float32_queries_matches_oracle(device, data):
+    batch = data.draw(paged_batches(device, torch.float32, kv_format="float16", max_seqs=2))
+    batch.assert_matches_oracle(kernels.paged_attention(*batch.args(), backend="triton"))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@given(data=st.data())
 def test_writes_into_out(device, data):
     batch = data.draw(paged_batches(device, max_seqs=2))
     out = torch.zeros_like(batch.query)

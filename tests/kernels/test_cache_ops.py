@@ -63,6 +63,20 @@ def test_reshape_and_cache_matches_oracle(device, backend, data, dtype):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("backend", BACKENDS)
+@given(data=st.data())
+def test_float32_into_a_float16_cache_rounds_to_nearest(device, backend, data):
+    """The oracle writes through torch's assignment, which rounds float32 to nearest even."""
+    key, value, slot_mapping, shape = data.draw(writes(device))
+    key_cache, value_cache = (garbage_cache(shape, torch.float16, device) for _ in range(2))
+    expected_key, expected_value = key_cache.cpu().clone(), value_cache.cpu().clone()
+    reference.reshape_and_cache(key.cpu(), value.cpu(), expected_key, expected_value, slot_mapping.cpu())
+    kernels.reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, backend=backend)
+    torch.testing.assert_close(key_cache.cpu(), expected_key, atol=0, rtol=0, equal_nan=True)
+    torch.testing.assert_close(value_cache.cpu(), expected_value, atol=0, rtol=0, equal_nan=True)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @given(data=st.data(), dtype=st.sampled_from(DTYPES))
 def test_quantized_write_is_close_and_backends_agree(device, data, dtype):
     key, value, slot_mapping, shape = data.draw(writes(device))

@@ -44,7 +44,7 @@ BAD_ATTENTION = {
     "query is 2-D": ("query", torch.randn(3, 64)),
     "heads not a multiple of KV heads": ("query", torch.randn(3, 3, 16)),
     "key_cache is 3-D": ("key_cache", torch.randn(4, 8, 32)),
-    "key_cache dtype differs from query": ("key_cache", torch.randn(4, 8, 2, 16, dtype=torch.float16)),
+    "key_cache is float64": ("key_cache", torch.randn(4, 8, 2, 16, dtype=torch.float64)),
     "key_cache head_dim differs": ("key_cache", torch.randn(4, 8, 2, 32)),
     "key_cache not contiguous": ("key_cache", torch.randn(4, 8, 2, 32)[..., :16]),
     "value_cache shape differs": ("value_cache", torch.randn(5, 8, 2, 16)),
@@ -80,6 +80,14 @@ def test_paged_attention_rejects(case, backend):
     args = attention_args()
     args[name] = bad
     with pytest.raises(ValueError, match=f"^{name}:"):
+        kernels.paged_attention(**args, backend=backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_float32_cache_is_refused_under_bfloat16_queries(backend):
+    """Reading it would round every key and value: only caches the query's dtype holds exactly are read."""
+    args = {**attention_args(), "query": torch.randn(3, 4, 16, dtype=torch.bfloat16)}
+    with pytest.raises(ValueError, match="^key_cache: a torch.float32 cache cannot be read exactly"):
         kernels.paged_attention(**args, backend=backend)
 
 
@@ -182,7 +190,7 @@ def write_args() -> dict:
 
 
 BAD_WRITE = {
-    "key dtype differs from the cache": ("key", torch.randn(3, 2, 16, dtype=torch.float16)),
+    "key float16 into a float32 cache": ("key", torch.randn(3, 2, 16, dtype=torch.float16)),
     "key heads differ from the cache": ("key", torch.randn(3, 1, 16)),
     "key on another device": ("key", torch.randn(3, 2, 16, device=META)),
     "value shape differs": ("value", torch.randn(2, 2, 16)),
