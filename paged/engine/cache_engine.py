@@ -12,6 +12,10 @@ per token kept in a second tensor shaped like the first (`[..., num_kv_heads]`, 
 `[..., num_kv_heads, num_groups]` for int4) that moves with its blocks, and "fp8" (e4m3) with
 one static scale per layer's K and V, 1.0 (vLLM's default for a checkpoint without calibrated
 scales; SmolLM2's keys and values stay far below e4m3's 448).
+
+`swap_compression` ("lz4" or "lz4-shuffle", `paged.engine.swap_compression`) keeps the host pool
+as one LZ4 frame per swapped block instead of a tensor: the core still counts host blocks, and
+each takes only its compressed bytes.
 """
 from __future__ import annotations
 
@@ -22,6 +26,7 @@ from kernels import quant
 
 from .engine_config import KV_CACHE_DTYPES
 from .models import ModelConfig
+from .swap_compression import CompressedHostPool
 
 
 def kv_storage_dtype(kv_cache_dtype: str, dtype: torch.dtype) -> torch.dtype:
@@ -44,7 +49,8 @@ def _scale_shape(config: ModelConfig, storage: torch.dtype) -> tuple[int, ...] |
 
 class CacheEngine:
     def __init__(self, config: ModelConfig, num_gpu_blocks: int, num_cpu_blocks: int, block_size: int,
-                 dtype: torch.dtype, device: torch.device, kv_cache_dtype: str = "auto") -> None:
+                 dtype: torch.dtype, device: torch.device, kv_cache_dtype: str = "auto",
+                 swap_compression: str | None = None) -> None:
         storage = kv_storage_dtype(kv_cache_dtype, dtype)
         head_dim = config.head_dim // 2 if storage == quant.INT4_DTYPE else config.head_dim
         lead = (config.num_hidden_layers, 2)
@@ -55,8 +61,10 @@ class CacheEngine:
         self.device_cache = torch.zeros((*lead, num_gpu_blocks, *tail), dtype=storage, device=device)
         self.device_scales = None if scale_tail is None else torch.zeros((*lead, num_gpu_blocks, block_size,
                                                                           *scale_tail), device=device)
-        self.host_cache = self.host_scales = None
-        if num_cpu_blocks:
+        self.host_cache = self.host_scales = self.host_pool = None
+        if num_cpu_blocks and swap_compression:
+            self.host_pool = CompressedHostPool(swap_compression)
+        elif num_cpu_blocks:
             self.host_cache = torch.zeros((*lead, num_cpu_blocks, *tail), dtype=storage, pin_memory=pinned)
             if scale_tail is not None:
                 self.host_scales = torch.zeros((*lead, num_cpu_blocks, block_size, *scale_tail), pin_memory=pinned)
@@ -81,9 +89,18 @@ class CacheEngine:
         return [(layer[0], layer[1], scale[0], scale[1])
                 for layer, scale in zip(self.device_cache, scales, strict=True)]
 
+    def _moved(self) -> list[torch.Tensor]:
+        """The device tensors a swap moves blocks of (dimension 2 is the block): the cache, and its per-token scales."""
+        return [self.device_cache, *(() if self.device_scales is None else (self.device_scales,))]
+
     def swap_out(self, mapping: list[tuple[int, int]]) -> None:
         """Copy (device block, host block) pairs to the host, before the blocks are reused."""
-        if mapping:
+        if mapping and self.host_pool is not None:
+            src, dst = (list(ids) for ids in zip(*mapping, strict=True))
+            blocks = [tensor[:, :, src].to("cpu") for tensor in self._moved()]
+            for i, host_block in enumerate(dst):
+                self.host_pool.put(host_block, [b[:, :, i] for b in blocks])
+        elif mapping:
             src, dst = (list(ids) for ids in zip(*mapping, strict=True))
             self.host_cache[:, :, dst] = self.device_cache[:, :, src].to("cpu")
             if self.device_scales is not None:
@@ -91,7 +108,13 @@ class CacheEngine:
 
     def swap_in(self, mapping: list[tuple[int, int]]) -> None:
         """Copy (host block, device block) pairs back to the device."""
-        if mapping:
+        if mapping and self.host_pool is not None:
+            src, dst = (list(ids) for ids in zip(*mapping, strict=True))
+            moved = self._moved()
+            blocks = [self.host_pool.take(host_block, [t[:, :, 0] for t in moved]) for host_block in src]
+            for i, tensor in enumerate(moved):
+                tensor[:, :, dst] = torch.stack([b[i] for b in blocks], dim=2).to(self.device)
+        elif mapping:
             src, dst = (list(ids) for ids in zip(*mapping, strict=True))
             self.device_cache[:, :, dst] = self.host_cache[:, :, src].to(self.device)
             if self.device_scales is not None:

@@ -92,7 +92,7 @@ class LLMEngine:
                             policy=config.policy, preemption_mode=config.preemption_mode),
         )
         self.cache = CacheEngine(mc, num_gpu_blocks, num_cpu_blocks, config.block_size, dtype, device,
-                                 config.kv_cache_dtype)
+                                 config.kv_cache_dtype, config.swap_compression)
         self.sampler = Sampler(config.seed)
         self.runner = ModelRunner(self.model, self.cache, self.sampler, device)
         self.requests: dict[str, RequestState] = {}  # unfinished, by the id the user knows
