@@ -11,7 +11,10 @@ the copies can overlap.
 per token kept in a second tensor shaped like the first (`[..., num_kv_heads]`, or
 `[..., num_kv_heads, num_groups]` for int4) that moves with its blocks, and "fp8" (e4m3) with
 one static scale per layer's K and V, 1.0 (vLLM's default for a checkpoint without calibrated
-scales; SmolLM2's keys and values stay far below e4m3's 448).
+scales). Measured on SmolLM2-135M (8 prompts): |K| <= 19 and |V| <= 10.2, far below e4m3's 448,
+and 2.9% of the values under 2**-6, where e4m3 turns subnormal (absolute error <= 2**-10); the
+rest carry e4m3's relative error of 2**-4 whatever the scale, so a calibrated scale would buy
+little.
 
 `swap_compression` ("lz4" or "lz4-shuffle", `paged.engine.swap_compression`) keeps the host pool
 as one LZ4 frame per swapped block instead of a tensor: the core still counts host blocks, and
@@ -89,7 +92,7 @@ class CacheEngine:
         return [(layer[0], layer[1], scale[0], scale[1])
                 for layer, scale in zip(self.device_cache, scales, strict=True)]
 
-    def _moved(self) -> list[torch.Tensor]:
+    def swapped_tensors(self) -> list[torch.Tensor]:
         """The device tensors a swap moves blocks of (dimension 2 is the block): the cache, and its per-token scales."""
         return [self.device_cache, *(() if self.device_scales is None else (self.device_scales,))]
 
@@ -97,7 +100,7 @@ class CacheEngine:
         """Copy (device block, host block) pairs to the host, before the blocks are reused."""
         if mapping and self.host_pool is not None:
             src, dst = (list(ids) for ids in zip(*mapping, strict=True))
-            blocks = [tensor[:, :, src].to("cpu") for tensor in self._moved()]
+            blocks = [tensor[:, :, src].to("cpu") for tensor in self.swapped_tensors()]
             for i, host_block in enumerate(dst):
                 self.host_pool.put(host_block, [b[:, :, i] for b in blocks])
         elif mapping:
@@ -110,7 +113,7 @@ class CacheEngine:
         """Copy (host block, device block) pairs back to the device."""
         if mapping and self.host_pool is not None:
             src, dst = (list(ids) for ids in zip(*mapping, strict=True))
-            moved = self._moved()
+            moved = self.swapped_tensors()
             blocks = [self.host_pool.take(host_block, [t[:, :, 0] for t in moved]) for host_block in src]
             for i, tensor in enumerate(moved):
                 tensor[:, :, dst] = torch.stack([b[i] for b in blocks], dim=2).to(self.device)

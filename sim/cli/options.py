@@ -30,6 +30,11 @@ def add_sim_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--gpu-memory-utilization", type=float, default=d.gpu_memory_utilization)
     g.add_argument("--num-gpu-blocks", type=int, default=d.num_gpu_blocks, help="override what memory leaves")
     g.add_argument("--swap-space-gib", type=float, default=d.swap_space_gib)
+    g.add_argument("--swap-compression", default=d.swap_compression, choices=("lz4", "lz4-shuffle"),
+                   help="swapped blocks LZ4-compressed on the host, modelled from a measured profile")
+    g.add_argument("--swap-profile", default=d.swap_profile,
+                   help="python -m paged.engine.swap_profile's JSON (default: the one measured on SmolLM2-135M)")
+    g.add_argument("--swap-codec-threads", type=int, default=d.swap_codec_threads, help="host cores per GPU for LZ4")
     g.add_argument("--no-prefix-caching", dest="enable_prefix_caching", action="store_false")
     g.add_argument("--watermark", type=float, default=d.watermark)
     g = p.add_argument_group("scheduler")
