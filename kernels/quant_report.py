@@ -1,6 +1,6 @@
 """What each KV-cache format saves and what it costs: bytes per token, and attention error against its bound.
 
-    python -m kernels.quant_report [--head-dim 128] [--num-kv-heads 8] [--seq-len 512]
+    python -m kernels.quant_report [--head-dim 128] [--num-kv-heads 8] [--seq-len 512] [--device cuda]
 
 Memory is counted from the formats (``kernels.quant.cache_bytes_per_token``). Accuracy: float32
 K/V are written through ``reshape_and_cache`` into a float32 cache and into an int8, an fp8 (one
@@ -80,13 +80,15 @@ def attention_errors(
     formats: tuple = FORMATS,
     group_size: int | None = None,
     backend: str = "auto",
+    device: str = "cpu",
     seed: int = 0,
 ) -> dict:
     """Errors of attention over a float32 cache and each of ``formats``, against the float32 oracle.
 
     Per format: ``max_abs``, ``mean_abs``, ``relative`` (Frobenius), and for the quantized ones
     ``bound_max`` (the largest bound) and ``within_bound`` (every output within its own bound, plus
-    the float32 arithmetic's tolerance)."""
+    the float32 arithmetic's tolerance). ``device``: where the caches live and the kernels run (the
+    oracle and the bound are computed on the CPU)."""
     generator = torch.Generator().manual_seed(seed)
     group_size = group_size or quant.int4_group_size(head_dim)
     num_tokens = num_seqs * seq_len
@@ -106,14 +108,22 @@ def attention_errors(
         head_dim**-0.5,
     )
 
+    def on(*tensors):
+        return [t.to(device) for t in tensors]
+
+    def attend(caches, scales):
+        caches, scales = on(*caches), dict(zip(scales, on(*scales.values()), strict=True))
+        kernels.reshape_and_cache(*on(key, value), *caches, on(slot_mapping)[0], **scales, backend=backend)
+        return kernels.paged_attention(*on(query), *caches, *on(*metadata[:3]), metadata[3], **scales,
+                                       backend=backend).cpu()
+
     float_cache = [torch.zeros(shape) for _ in range(2)]
-    kernels.reshape_and_cache(key, value, *float_cache, slot_mapping, backend=backend)
+    kernels.reshape_and_cache(key, value, *float_cache, slot_mapping, backend="torch")
     oracle = reference.paged_attention(query, *float_cache, *metadata)
-    errors = {"float32": _errors(kernels.paged_attention(query, *float_cache, *metadata, backend=backend), oracle)}
+    errors = {"float32": _errors(attend([torch.zeros(shape) for _ in range(2)], {}), oracle)}
     for kv_format in formats:
         caches, scales, layout = _quantized_cache(kv_format, shape, group_size)
-        kernels.reshape_and_cache(key, value, *caches, slot_mapping, **scales, backend=backend)
-        out = kernels.paged_attention(query, *caches, *metadata, **scales, backend=backend)
+        out = attend(caches, scales)
         bound = torch.cat([
             attention_error_bound(query[seq * query_len:(seq + 1) * query_len], k, v,
                                   quant.error_bound(k, kv_format, **layout), quant.error_bound(v, kv_format, **layout),
@@ -144,6 +154,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--num-kv-heads", type=int, default=8)
     parser.add_argument("--num-heads", type=int, default=32)
     parser.add_argument("--seq-len", type=int, default=512)
+    parser.add_argument("--device", default="cpu", help="where the kernels run (cuda: the Triton kernels)")
     args = parser.parse_args(argv)
 
     memory = memory_per_format(args.num_kv_heads, args.head_dim)
@@ -152,13 +163,16 @@ def main(argv: list[str] | None = None) -> None:
         print(f"  {name:>8}: {size:6d} B, {memory['float16'] / size:.2f}x the tokens of float16")
     for outliers in (0, 4):
         errors = attention_errors(seq_len=args.seq_len, num_heads=args.num_heads, num_kv_heads=args.num_kv_heads,
-                                  head_dim=args.head_dim, outlier_channels=outliers)
+                                  head_dim=args.head_dim, outlier_channels=outliers, device=args.device)
         label = f"{outliers} outlier key channels" if outliers else "gaussian K/V"
+        broken = [name for name, e in errors.items() if e.get("within_bound") is False]
         for name, e in errors.items():
             bound = (f", bound {e['bound_max']:.2e} ({'held' if e['within_bound'] else 'BROKEN'})"
                      if "bound_max" in e else "")
             print(f"{label:>24}, {name:>8} cache vs oracle: max abs {e['max_abs']:.2e}, "
                   f"mean abs {e['mean_abs']:.2e}, relative {e['relative']:.2e}{bound}")
+        if broken:
+            raise SystemExit(f"the derived error bound was broken by {broken}: a kernel bug")
 
 
 if __name__ == "__main__":

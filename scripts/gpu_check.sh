@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Issue 4's GPU checks as one run: the kernel property tests on CUDA, then the benchmark.
+# Issue 4's GPU checks as one run: the kernel property tests on CUDA (every KV format: float,
+# int8, fp8, int4 -- they are parametrized by device), the quantized formats' error report on
+# CUDA (fails if an output leaves its derived bound), then the benchmark.
 #
 #   scripts/gpu_check.sh        # on a machine with a CUDA GPU; about 5-9 minutes
 #
@@ -26,8 +28,11 @@ KERNELS_TEST_DEVICES=cuda HYPOTHESIS_PROFILE="${HYPOTHESIS_PROFILE:-ci}" timeout
     2>&1 | tee "$LOGS/pytest_cuda.log"
 tests_status=${PIPESTATUS[0]}
 
-timeout 240 "$PYTHON" -m kernels.bench --csv "$LOGS/bench.csv" 2>&1 | tee "$LOGS/bench.log"
+timeout 60 "$PYTHON" -m kernels.quant_report --device cuda 2>&1 | tee "$LOGS/quant_report.log"
+quant_status=${PIPESTATUS[0]}
+
+timeout 180 "$PYTHON" -m kernels.bench --csv "$LOGS/bench.csv" 2>&1 | tee "$LOGS/bench.log"
 bench_status=${PIPESTATUS[0]}
 
-echo "pytest exit $tests_status, bench exit $bench_status" | tee "$LOGS/summary.txt"
-[ "$tests_status" -eq 0 ] && [ "$bench_status" -eq 0 ]
+echo "pytest exit $tests_status, quant_report exit $quant_status, bench exit $bench_status" | tee "$LOGS/summary.txt"
+[ "$tests_status" -eq 0 ] && [ "$quant_status" -eq 0 ] && [ "$bench_status" -eq 0 ]
