@@ -2,10 +2,12 @@
 
     python -m paged.engine.swap_profile [--model smollm2-135m] [--out sim/profiles/kv_swap_lz4.json]
 
-For each kv_cache_dtype, the engine generates from a set of prompts (``paged.engine.kv_accuracy``'s)
-so its cache fills with real K/V, then every block that holds any (non-zero bytes) is compressed
-and decompressed exactly as a compressed swap does (``paged.engine.swap_compression``: one frame
-per block, its K/V in every layer and its per-token scales). Reported per dtype and codec:
+For each kv_cache_dtype, the engine generates ``--max-tokens`` from each of a set of prompts
+(``paged.engine.kv_accuracy``'s; EOS ignored, since the instruct model often stops within a few
+tokens without its chat template) so its cache fills with real K/V, then every block that holds
+any (non-zero bytes) is compressed and decompressed exactly as a compressed swap does
+(``paged.engine.swap_compression``: one frame per block, its K/V in every layer and its
+per-token scales). Reported per dtype and codec:
 
 - ``ratio``: compressed bytes / raw bytes over all those blocks (1.0: nothing saved);
 - ``compress_mb_s``, ``decompress_mb_s``: raw megabytes (1e6 bytes) per second on one thread, the
@@ -69,7 +71,7 @@ def time_codec(blocks: list[list[torch.Tensor]], codec: str, repeats: int) -> di
 
 def measure(model: str, dtypes: tuple[str, ...], num_prompts: int, max_tokens: int, repeats: int) -> dict:
     torch.set_num_threads(1)
-    params = SamplingParams(temperature=0.0, max_tokens=max_tokens)
+    params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
     results = {}
     for kv_cache_dtype in dtypes:
         llm = LLM(model, kv_cache_dtype=kv_cache_dtype, kv_cache_memory_bytes=64 << 20)
@@ -83,9 +85,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m paged.engine.swap_profile", description=__doc__.split("\n")[0])
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--dtypes", default=",".join(DTYPES))
-    parser.add_argument("--num-prompts", type=int, default=16)
+    parser.add_argument("--num-prompts", type=int, default=24)
     parser.add_argument("--max-tokens", type=int, default=64)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--out", default=DEFAULT_OUT)
     args = parser.parse_args(argv)
     results = measure(args.model, tuple(args.dtypes.split(",")), args.num_prompts, args.max_tokens, args.repeats)
