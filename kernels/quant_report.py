@@ -51,7 +51,7 @@ def attention_error_bound(query, key, value, key_bound, value_bound, scale: floa
 
 def _quantized_cache(kv_format: str, shape: tuple, group_size: int) -> tuple[list, dict, dict]:
     """Empty K and V caches of ``kv_format``, their scale arguments, and what ``quant.error_bound`` needs."""
-    num_blocks, block_size, num_kv_heads, head_dim = shape
+    head_dim = shape[3]
     if kv_format == "int8":
         caches = [torch.zeros(shape, dtype=quant.QUANT_DTYPE) for _ in range(2)]
         scales = [torch.zeros(shape[:3]) for _ in range(2)]

@@ -6,9 +6,12 @@ Every dtype runs the same prompts, greedy, with the same KV memory budget; the f
 reference (the issue's baseline: what an fp16 server would say). Per dtype:
 
 - capacity: the blocks (and tokens) the budget holds, and their ratio to fp16's;
+- token match: over all of fp16's output positions, the fraction where the dtype's token is the
+  same (a shorter or longer output counts its missing positions as misses). Past a first
+  difference the two continuations are different texts that may still agree here and there, so
+  this also counts chance agreement;
 - prefix match: over prompts, the mean fraction of fp16's tokens generated before the first
-  difference (1.0: identical outputs). After a difference the two continuations are different
-  texts, so comparing later positions one by one would measure chance, not the cache;
+  difference (1.0: identical outputs), which counts no chance agreement;
 - identical: the fraction of prompts whose whole output equals fp16's;
 - first divergence: over the prompts that differ, the median and smallest index of the first
   differing token.
@@ -57,7 +60,9 @@ def compare(reference: list[list[int]], outputs: list[list[int]]) -> dict:
     """Agreement of ``outputs`` with ``reference``, prompt by prompt (module docstring)."""
     prefix = [common_prefix(r, o) for r, o in zip(reference, outputs, strict=True)]
     differ = [p for p, r, o in zip(prefix, reference, outputs, strict=True) if r != o]
+    same = sum(x == y for r, o in zip(reference, outputs, strict=True) for x, y in zip(r, o, strict=False))
     return {
+        "token_match": same / max(sum(map(len, reference)), 1),
         "prefix_match": statistics.fmean(p / max(len(r), 1) for p, r in zip(prefix, reference, strict=True)),
         "identical": 1 - len(differ) / len(reference),
         "first_divergence_median": statistics.median(differ) if differ else None,
@@ -95,13 +100,13 @@ def main(argv: list[str] | None = None) -> int:
                       args.kv_cache_memory_bytes)
     print(f"{args.model}, {args.num_prompts} prompts x {args.max_tokens} greedy tokens, "
           f"{args.kv_cache_memory_bytes >> 20} MiB of KV; reference: the fp16 cache")
-    print(f"{'kv_cache_dtype':>14} {'blocks':>7} {'tokens':>8} {'x fp16':>7} {'prefix match':>13} {'identical':>10} "
-          f"{'1st diff median':>16} {'1st diff min':>13}")
+    print(f"{'kv_cache_dtype':>14} {'blocks':>7} {'tokens':>8} {'x fp16':>7} {'token match':>12} {'prefix match':>13} "
+          f"{'identical':>10} {'1st diff median':>16} {'1st diff min':>13}")
     for name, r in results.items():
         median = "-" if r["first_divergence_median"] is None else f"{r['first_divergence_median']:g}"
         first = "-" if r["first_divergence_min"] is None else str(r["first_divergence_min"])
         print(f"{name:>14} {r['num_gpu_blocks']:>7} {r['capacity_tokens']:>8} {r['capacity_vs_fp16']:>7.2f} "
-              f"{r['prefix_match']:>13.1%} {r['identical']:>10.1%} {median:>16} {first:>13}")
+              f"{r['token_match']:>12.1%} {r['prefix_match']:>13.1%} {r['identical']:>10.1%} {median:>16} {first:>13}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"model": args.model, "num_prompts": args.num_prompts, "max_tokens": args.max_tokens,
