@@ -164,8 +164,8 @@ def verdicts(table: pd.DataFrame, accuracy: dict) -> list[Verdict]:
     tput = {d: sat.loc[d, "output_tokens_per_s"] / sat.loc["fp16", "output_tokens_per_s"] - 1 for d in compressed}
     tpot = {d: load.loc[d, "tpot_s_p50"] / load.loc["fp16", "tpot_s_p50"] - 1 for d in compressed}
     time_text = "; ".join(f"{d}: throughput {tput[d]:+.1%}, TPOT p50 {tpot[d]:+.1%}" for d in compressed)
-    acc_text = "; ".join(f"{d} {accuracy[d]['prefix_match']:.0%} ({accuracy[d]['identical']:.0%} of prompts "
-                         "identical)" for d in compressed)
+    acc_text = "; ".join(f"{d} {accuracy[d]['prefix_match']:.0%} (token match {accuracy[d]['token_match']:.0%}, "
+                         f"{accuracy[d]['identical']:.0%} of prompts identical)" for d in compressed)
     time_ok = all(tpot[d] <= 0.05 and tput[d] >= -0.05 for d in compressed)
     costly = [d for d in compressed if accuracy[d]["prefix_match"] < 0.95]
     accuracy_ok = not costly

@@ -1,8 +1,9 @@
 """Preemption by swap with LZ4-compressed host blocks, modelled from a measured profile, not a guess.
 
 The profile is what ``python -m paged.engine.swap_profile`` writes (``DEFAULT_PROFILE`` is one
-measured on SmolLM2-135M's real KV): per kv_cache_dtype and codec, the compressed/raw ``ratio``
-and the single-thread ``compress_mb_s``/``decompress_mb_s``. What compression changes:
+measured on SmolLM2-135M's real KV): per kv_cache_dtype and codec, the compressed/raw ratio of
+full blocks (``ratio_full_blocks``: a long context's blocks are full but its last) and the
+single-thread ``compress_mb_s``/``decompress_mb_s``. What compression changes:
 
 - Host capacity: a block takes ``ratio`` of its bytes in the host pool, so ``swap_space_gib``
   holds ``1 / ratio`` times the blocks.
@@ -51,7 +52,7 @@ class SwapProfile:
             raise ValueError(f"{path} has no LZ4 measurement for kv_cache_dtype {kv_cache_dtype!r} "
                              f"(it has {sorted(dtypes)}): run python -m paged.engine.swap_profile --dtypes ...")
         entry = dtypes[kv_cache_dtype][codec]
-        return SwapProfile(entry["ratio"], entry["compress_mb_s"], entry["decompress_mb_s"],
+        return SwapProfile(entry["ratio_full_blocks"], entry["compress_mb_s"], entry["decompress_mb_s"],
                            f"{profile['model']} {kv_cache_dtype} {codec}, {path}")
 
     def seconds_per_block(self, block_bytes_per_gpu: float, pcie_bandwidth: float, threads: int) -> float:

@@ -13,7 +13,7 @@ from sim.runner import build_cache_config, build_cost_model, kv_plan
 def profile_path(tmp_path):
     """Half the bytes; compression at 1 GB/s, decompression at 4 GB/s on one thread."""
     path = tmp_path / "swap.json"
-    entry = {"ratio": 0.5, "compress_mb_s": 1000.0, "decompress_mb_s": 4000.0}
+    entry = {"ratio_full_blocks": 0.5, "compress_mb_s": 1000.0, "decompress_mb_s": 4000.0}
     path.write_text(json.dumps({"model": "test", "kv_cache_dtypes": {"fp16": {"lz4": entry, "lz4-shuffle": entry}}}))
     return str(path)
 
