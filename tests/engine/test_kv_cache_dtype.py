@@ -6,6 +6,7 @@ scales for int8/int4, a static one for fp8), so chunking, prefix hits, swapping 
 their blocks) and recomputation all rebuild the same bytes: each format's output under preemption
 must equal its own output without.
 """
+import argparse
 import dataclasses
 
 import pytest
@@ -13,6 +14,7 @@ import torch
 
 from paged.engine import LLM, SamplingParams
 from paged.engine.cache_engine import CacheEngine
+from paged.engine.engine_args import add_engine_args, engine_kwargs
 from paged.engine.engine_config import EngineConfig
 
 from .conftest import TINY
@@ -77,3 +79,15 @@ def test_bytes_per_block_names_the_format():
     assert cfg.kv_cache_dtype == "auto"
     with pytest.raises(ValueError, match="kv_cache_dtype='int2'"):
         CacheEngine.bytes_per_block(None, 16, None, "int2")
+
+
+def test_command_lines_take_the_kv_cache_dtype_and_swap_compression():
+    """`python -m paged.engine` and `paged serve` share these flags (paged.engine.engine_args)."""
+    parser = argparse.ArgumentParser()
+    add_engine_args(parser)
+    args = parser.parse_args(["--model", "smollm2-135m", "--kv-cache-dtype", "int4", "--swap-compression", "lz4"])
+    kwargs = engine_kwargs(args)
+    assert kwargs == {"kv_cache_dtype": "int4", "swap_compression": "lz4"}
+    assert EngineConfig(model=args.model, **kwargs).kv_cache_dtype == "int4"
+    with pytest.raises(ValueError, match="kv_cache_dtype='int3'"):
+        EngineConfig(model=args.model, **engine_kwargs(parser.parse_args(["--model", "m", "--kv-cache-dtype", "int3"])))
