@@ -55,6 +55,7 @@ INT4_GROUP_SIZE = 32  # the default: 4.5 + 1 bits a value with float32 scales
 CACHE_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
                 "int8": QUANT_DTYPE, "fp8": FP8_DTYPE, "int4": INT4_DTYPE}
 QUANTIZED_DTYPES = (QUANT_DTYPE, FP8_DTYPE, INT4_DTYPE)
+QUANTIZED_NAMES = ("int8", "fp8", "int4")
 
 
 def _round_half_away(scaled: torch.Tensor) -> torch.Tensor:

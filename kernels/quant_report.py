@@ -30,7 +30,7 @@ import torch
 import kernels
 from kernels import quant, reference
 
-FORMATS = ("int8", "fp8", "int4")
+FORMATS = quant.QUANTIZED_NAMES
 # The kernels' own float32 arithmetic against the oracle's (tests/kernels/layouts.py: TOLERANCES).
 FLOAT32_ATOL, FLOAT32_RTOL = 1e-4, 1e-4
 
