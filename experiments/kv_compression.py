@@ -8,7 +8,8 @@ operations that dequantize them. The cost model holds both (see `sim.step_cost`)
 the real price of compression, is outside any simulator.
 
 Setup: the Azure conversation trace, Llama-2-7B on one A100-80GB (calibrated cost model), kv_cache_dtype
-fp16 / fp8 (e4m3, per-tensor scale) / int8 (per-token-head scale) / int4 (scale and zero point).
+fp16 / fp8 (e4m3, per-tensor scale) / int8 (per-token-head scale) / int4 (a scale per 32 values),
+the formats `kernels.quant` implements.
 Throughput at saturation (all requests queued at t=0); latency at 3 req/s, which fp16 sustains.
 """
 from __future__ import annotations

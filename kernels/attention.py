@@ -31,7 +31,12 @@ Quantized cache. int8 K/V carry one scale per token and head (``kernels.quant``)
 scale is per key, it factors out of the dot products: ``q . (k * s_k) = (q . k) * s_k`` scales a
 column of the score tile, and ``sum_n p_n * (v_n * s_v,n) = sum_n (p_n * s_v,n) * v_n`` scales a
 column of the probability tile. The int8 values themselves go to ``tl.dot`` converted exactly
-to the query's type; nothing is dequantized element by element.
+to the query's type; nothing is dequantized element by element. fp8 (e4m3) values convert
+exactly to float16, bfloat16 and float32 too, and their static scale is one number per KV head,
+so a program applies it once: to the scores for K, to the output for V. int4 is the exception:
+its scales vary along ``head_dim`` (one per group of channels), so they do not factor out of a
+dot product over ``head_dim``; each tile is unpacked (low nibble channel ``2j``, high ``2j + 1``,
+``tl.interleave`` puts them back in order) and dequantized element by element before ``tl.dot``.
 """
 
 import functools
@@ -41,6 +46,7 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels.cache_ops import FLOAT, FP8, INT4, INT8, kv_format
 from kernels.jit import Kernel
 
 LOG2_E = 1.4426950408889634
@@ -54,7 +60,7 @@ def _paged_attention_kernel(
     query_ptr,
     key_cache_ptr,
     value_cache_ptr,
-    k_scale_ptr,  # [num_blocks, block_size, num_kv_heads] float32 (quantized only)
+    k_scale_ptr,  # float32, quantized only: int8 [blocks, block_size, kv_heads], fp8 [1]/[kv_heads], int4 [.., groups]
     v_scale_ptr,
     block_table_ptr,
     seq_lens_ptr,
@@ -78,7 +84,9 @@ def _paged_attention_kernel(
     NUM_SPLITS: tl.constexpr,
     SEQ_SEARCH_STEPS: tl.constexpr,
     SEQ_SLACK: tl.constexpr,
-    QUANTIZED: tl.constexpr,
+    KV_FORMAT: tl.constexpr,  # kernels.cache_ops: FLOAT, INT8, FP8 or INT4
+    FP8_SCALE_STRIDE: tl.constexpr,  # 0: one fp8 scale per tensor; 1: one per KV head
+    NUM_GROUPS: tl.constexpr,  # int4 scales per token and head
     DOT_FP32: tl.constexpr,  # interpreter only: its tl.dot is wrong on bfloat16
     DOT_PRECISION: tl.constexpr,  # "ieee" for float32 inputs, so float32 means float32 (not tf32)
 ):
@@ -131,6 +139,10 @@ def _paged_attention_kernel(
     tile_start = split * tiles_per_split
     tile_end = tl.minimum(tile_start + tiles_per_split, num_tiles)
 
+    if KV_FORMAT == FP8:
+        k_head_scale = tl.load(k_scale_ptr + kv_head * FP8_SCALE_STRIDE)
+        v_head_scale = tl.load(v_scale_ptr + kv_head * FP8_SCALE_STRIDE)
+
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM_PAD], tl.float32)
@@ -142,14 +154,22 @@ def _paged_attention_kernel(
         ).to(tl.int64)
         offset_in_block = key_position % BLOCK_SIZE
         slot_offset = block_id * stride_cache_block + offset_in_block * stride_cache_token + kv_head * stride_cache_head
-        kv_mask = key_valid[:, None] & dim_valid[None, :]
-        k = tl.load(key_cache_ptr + slot_offset[:, None] + dims[None, :], mask=kv_mask, other=0.0).to(q.dtype)
-        v = tl.load(value_cache_ptr + slot_offset[:, None] + dims[None, :], mask=kv_mask, other=0.0).to(q.dtype)
+        scale_offset = (block_id * BLOCK_SIZE + offset_in_block) * num_kv_heads + kv_head
+        if KV_FORMAT == INT4:
+            k = _load_int4(key_cache_ptr, k_scale_ptr, slot_offset, scale_offset, key_valid, HEAD_DIM, HEAD_DIM_PAD,
+                           NUM_GROUPS).to(q.dtype)
+            v = _load_int4(value_cache_ptr, v_scale_ptr, slot_offset, scale_offset, key_valid, HEAD_DIM, HEAD_DIM_PAD,
+                           NUM_GROUPS).to(q.dtype)
+        else:
+            kv_mask = key_valid[:, None] & dim_valid[None, :]
+            k = tl.load(key_cache_ptr + slot_offset[:, None] + dims[None, :], mask=kv_mask, other=0.0).to(q.dtype)
+            v = tl.load(value_cache_ptr + slot_offset[:, None] + dims[None, :], mask=kv_mask, other=0.0).to(q.dtype)
 
         scores = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
-        scale_offset = (block_id * BLOCK_SIZE + offset_in_block) * num_kv_heads + kv_head
-        if QUANTIZED:
+        if KV_FORMAT == INT8:
             scores = scores * tl.load(k_scale_ptr + scale_offset, mask=key_valid, other=0.0)[None, :]
+        elif KV_FORMAT == FP8:
+            scores = scores * k_head_scale
         scores = scores * qk_scale
         visible = key_valid[None, :] & (key_position[None, :] <= row_position[:, None])
         scores = tl.where(visible, scores, float("-inf"))
@@ -160,13 +180,15 @@ def _paged_attention_kernel(
         p = tl.exp2(scores - m_base[:, None])
         alpha = tl.exp2(m_i - m_base)
         l_i = l_i * alpha + tl.sum(p, axis=1)
-        if QUANTIZED:
+        if KV_FORMAT == INT8:
             p = p * tl.load(v_scale_ptr + scale_offset, mask=key_valid, other=0.0)[None, :]
         acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v, input_precision=DOT_PRECISION)
         m_i = m_new
 
     l_safe = tl.where(l_i > 0.0, l_i, 1.0)  # l_i == 0: nothing seen (an empty split, a padded row)
     out = acc / l_safe[:, None]
+    if KV_FORMAT == FP8:
+        out = out * v_head_scale
     store_mask = row_valid[:, None] & dim_valid[None, :]
     if NUM_SPLITS == 1:
         out_offset = (row_global_token * num_heads + row_head) * HEAD_DIM
@@ -176,6 +198,24 @@ def _paged_attention_kernel(
         tl.store(partial_out_ptr + partial[:, None] * HEAD_DIM + dims[None, :], out, mask=store_mask)
         lse = tl.where(l_i > 0.0, m_i + tl.log2(l_safe), float("-inf"))
         tl.store(partial_lse_ptr + partial, lse, mask=row_valid)
+
+
+@triton.jit
+def _load_int4(cache_ptr, scale_ptr, slot_offset, scale_offset, key_valid, HEAD_DIM: tl.constexpr,
+               HEAD_DIM_PAD: tl.constexpr, NUM_GROUPS: tl.constexpr):
+    """K or V of a tile from an int4 cache, float32 ``[TILE_N, HEAD_DIM_PAD]`` (zero where masked).
+
+    ``slot_offset``: each key's first byte; ``scale_offset``: its (token, head) index, whose
+    NUM_GROUPS scales follow one another. Byte ``j`` holds channels ``2j`` (low) and ``2j + 1``,
+    both in group ``2j // group_size``."""
+    pairs = tl.arange(0, HEAD_DIM_PAD // 2)
+    mask = key_valid[:, None] & (pairs < HEAD_DIM // 2)[None, :]
+    packed = tl.load(cache_ptr + slot_offset[:, None] + pairs[None, :], mask=mask, other=0).to(tl.int32)
+    group = (2 * pairs) // (HEAD_DIM // NUM_GROUPS)
+    scale = tl.load(scale_ptr + scale_offset[:, None] * NUM_GROUPS + group[None, :], mask=mask, other=0.0)
+    low = ((packed & 15) - 8).to(tl.float32) * scale
+    high = ((packed >> 4) - 8).to(tl.float32) * scale
+    return tl.interleave(low, high)
 
 
 @Kernel
@@ -224,15 +264,18 @@ class TileShape:
     num_warps: int
 
     @staticmethod
-    def choose(decode_only: bool, queries_per_kv: int, head_dim: int, dtype: torch.dtype, device: torch.device):
+    def choose(decode_only: bool, queries_per_kv: int, head_dim: int, dtype: torch.dtype, device: torch.device,
+               kv_format: int = FLOAT):
         """Tiles per batch kind, dtype and device.
 
         Decode gets one query token per program (rows = its GQA group, at least the 16 ``tl.dot``
         needs); prefill fills 128 rows to keep tensor cores busy. float32 tiles are smaller: its
         exact ("ieee") products run on FMA units and need registers, and at the bf16 sizes they
         spill. The GPU shapes compile without register spills for sm_80 and sm_90 (checked by
-        ptxas in tests/kernels/test_compile.py). Under the interpreter, small tiles keep the tests quick
-        and still cross block boundaries inside a sequence.
+        ptxas in tests/kernels/test_compile.py). An int4 cache halves the key tile: unpacking holds
+        the bytes, the scales and both halves of each K/V tile in registers at once, and a 128-row
+        prefill at 64 keys spilled 340 bytes on sm_80. Under the interpreter, small tiles keep the
+        tests quick and still cross block boundaries inside a sequence.
         """
         on_gpu = device.type != "cpu"
         head_dim_pad = _pow2_at_least(head_dim, 16)
@@ -243,7 +286,7 @@ class TileShape:
         else:
             block_m = _pow2_at_least(queries_per_kv, 128 if wide else 64 if on_gpu else 32)
             block_q = block_m // queries_per_kv
-        tile_n = (64 if head_dim_pad <= 128 else 32) if wide else 16
+        tile_n = (64 if head_dim_pad <= 128 and kv_format != INT4 else 32) if wide else 16
         num_warps = 8 if on_gpu and (block_m >= 128 or not wide) else 4
         return TileShape(block_q, block_m, tile_n, head_dim_pad, num_warps)
 
@@ -295,7 +338,8 @@ def paged_attention(
     query_start_loc = query_start_loc.contiguous()
 
     decode_only = num_tokens == num_seqs
-    tiles = TileShape.choose(decode_only, queries_per_kv, head_dim, query.dtype, device)
+    fmt = kv_format(key_cache)
+    tiles = TileShape.choose(decode_only, queries_per_kv, head_dim, query.dtype, device, fmt)
     block_q, block_m = tiles.block_q, tiles.block_m
     seq_slack = 1 if block_q > 1 else 0
     num_programs = num_tokens // block_q + num_seqs * seq_slack
@@ -309,7 +353,6 @@ def paged_attention(
     else:
         partial_out = torch.empty(num_tokens, num_heads, num_splits, head_dim, dtype=torch.float32, device=device)
         partial_lse = torch.empty(num_tokens, num_heads, num_splits, dtype=torch.float32, device=device)
-    quantized = k_scale is not None
     _paged_attention_kernel.on(device)[(num_programs, num_kv_heads, num_splits)](
         out,
         partial_out,
@@ -317,8 +360,8 @@ def paged_attention(
         query,
         key_cache,
         value_cache,
-        k_scale if quantized else key_cache,
-        v_scale if quantized else value_cache,
+        key_cache if k_scale is None else k_scale,
+        value_cache if v_scale is None else v_scale,
         block_table,
         seq_lens,
         query_start_loc,
@@ -341,7 +384,9 @@ def paged_attention(
         NUM_SPLITS=num_splits,
         SEQ_SEARCH_STEPS=max(1, (num_seqs - 1).bit_length()),  # ceil(log2(num_seqs))
         SEQ_SLACK=seq_slack,
-        QUANTIZED=quantized,
+        KV_FORMAT=fmt,
+        FP8_SCALE_STRIDE=int(fmt == FP8 and k_scale.numel() > 1),
+        NUM_GROUPS=k_scale.shape[-1] if fmt == INT4 else 1,
         DOT_FP32=_paged_attention_kernel.interprets(device),
         DOT_PRECISION="ieee" if query.dtype == torch.float32 else "tf32",
         num_warps=tiles.num_warps,

@@ -1,6 +1,6 @@
 """Benchmark the Triton paged-attention kernel against PyTorch's SDPA on pre-gathered K/V.
 
-    python -m kernels.bench [--dtype bfloat16] [--quick] [--csv results.csv]
+    python -m kernels.bench [--dtype bfloat16] [--quick] [--csv results.csv] [--kv-cache-dtype auto,int8,fp8,int4]
     python -m kernels.bench --smoke      # a tiny CPU run through Triton's interpreter: checks the script
 
 Decode (batch 1-256, context 512-32k) and causal prefill, head dim 128, GQA 8:1 (32 query heads
@@ -8,6 +8,9 @@ over 4 KV heads), block size 16 with blocks scattered over the cache. For each s
 time of both, the memory bandwidth achieved (bytes that must be read or written / time) as a share
 of the GPU's spec bandwidth, and TFLOP/s. SDPA gets its K/V already gathered into contiguous
 tensors, so it is the speed of attention without paging, measured in the same process.
+``--kv-cache-dtype`` runs the Triton kernel over quantized caches too (``kernels.quant``: int8,
+fp8, int4, written by ``reshape_and_cache``; "auto" is the query's dtype); SDPA always reads the
+unquantized K/V, and the bytes moved are each format's own, scales included.
 
 How it times: CUDA events around one launch, with L2 flushed before each by writing a buffer
 larger than L2. The flush also keeps the GPU busy while the CPU issues the launch, so Python's
@@ -27,6 +30,9 @@ from dataclasses import asdict, dataclass
 
 import torch
 import torch.nn.functional as F
+
+import kernels
+from kernels import quant
 
 # Spec memory bandwidth in bytes/s; the first name found in the device name wins.
 SPEC_BANDWIDTH = (("H200", 4.8e12), ("H100 PCIe", 2.0e12), ("H100", 3.35e12), ("A100", 2.039e12))
@@ -66,10 +72,12 @@ def prefill_cases(quick: bool) -> list[Case]:
     return [Case("prefill", batch, context) for batch, context in shapes]
 
 
-def bytes_moved(case: Case, dtype: torch.dtype) -> int:
-    """The least memory traffic of the step: every context token's K and V read once, the query
-    read and the output written once, and the block table read."""
-    kv = 2 * case.batch * case.context * case.num_kv_heads * case.head_dim * dtype.itemsize
+def bytes_moved(case: Case, dtype: torch.dtype, kv_cache_dtype: str = "auto") -> int:
+    """The least memory traffic of the step: every context token's K and V read once (in the
+    cache's format, scales included), the query read and the output written once, and the block
+    table read."""
+    cache_dtype = dtype if kv_cache_dtype == "auto" else kv_cache_dtype
+    kv = case.batch * case.context * quant.cache_bytes_per_token(case.num_kv_heads, case.head_dim, cache_dtype)
     query_and_out = 2 * case.batch * case.query_len * case.num_heads * case.head_dim * dtype.itemsize
     block_table = case.batch * case.blocks_per_seq * torch.int32.itemsize
     return kv + query_and_out + block_table
@@ -90,8 +98,9 @@ def spec_bandwidth(device_name: str) -> float | None:
     return None
 
 
-def build(case: Case, dtype: torch.dtype, device: torch.device):
-    """Paged inputs (blocks in random order) and the same K/V gathered for SDPA."""
+def build(case: Case, dtype: torch.dtype, device: torch.device, kv_cache_dtype: str = "auto"):
+    """Paged inputs (blocks in random order), the scales of a quantized cache (a dict, empty for
+    "auto"), and the unquantized K/V gathered for SDPA."""
     generator = torch.Generator(device).manual_seed(0)
     num_blocks = case.batch * case.blocks_per_seq
     cache_shape = (num_blocks, case.block_size, case.num_kv_heads, case.head_dim)
@@ -117,7 +126,31 @@ def build(case: Case, dtype: torch.dtype, device: torch.device):
         return tokens.transpose(1, 2).contiguous()
 
     sdpa_query = query.view(case.batch, case.query_len, case.num_heads, case.head_dim).transpose(1, 2)
-    return paged, (sdpa_query, gather(key_cache), gather(value_cache))
+    sdpa = (sdpa_query, gather(key_cache), gather(value_cache))
+    if kv_cache_dtype == "auto":
+        return paged, {}, sdpa
+    caches, scales = quantized_caches(key_cache, value_cache, kv_cache_dtype)
+    return (paged[0], *caches, *paged[3:]), scales, sdpa
+
+
+def quantized_caches(key_cache: torch.Tensor, value_cache: torch.Tensor, kv_cache_dtype: str):
+    """``key_cache``/``value_cache`` written into caches of ``kv_cache_dtype`` (fp8: scale 1.0 per tensor)."""
+    num_blocks, block_size, num_kv_heads, head_dim = key_cache.shape
+    device = key_cache.device
+    storage = quant.CACHE_DTYPES[kv_cache_dtype]
+    packed = storage == quant.INT4_DTYPE
+    shape = (num_blocks, block_size, num_kv_heads, head_dim // 2 if packed else head_dim)
+    caches = [torch.empty(shape, dtype=storage, device=device) for _ in range(2)]
+    if storage == quant.FP8_DTYPE:
+        scale_shape = (1,)
+    elif packed:
+        scale_shape = (*shape[:3], head_dim // quant.int4_group_size(head_dim))
+    else:
+        scale_shape = shape[:3]
+    scales = {"k_scale": torch.ones(scale_shape, device=device), "v_scale": torch.ones(scale_shape, device=device)}
+    slots = torch.arange(num_blocks * block_size, device=device)
+    kernels.reshape_and_cache(key_cache.flatten(0, 1), value_cache.flatten(0, 1), *caches, slots, **scales)
+    return caches, scales
 
 
 def time_launch(fn, device: torch.device, reps: int) -> float:
@@ -143,14 +176,15 @@ def time_launch(fn, device: torch.device, reps: int) -> float:
     return statistics.median(times)
 
 
-def run_case(case: Case, dtype: torch.dtype, device: torch.device, reps: int, bandwidth: float | None) -> dict:
+def run_case(case: Case, dtype: torch.dtype, device: torch.device, reps: int, bandwidth: float | None,
+             kv_cache_dtype: str = "auto") -> dict:
     from kernels import attention
 
-    paged, (sdpa_query, keys, values) = build(case, dtype, device)
+    paged, scales, (sdpa_query, keys, values) = build(case, dtype, device, kv_cache_dtype)
     out = torch.empty_like(paged[0])
     causal = case.query_len > 1
     seconds = {
-        "triton": time_launch(lambda: attention.paged_attention(*paged, out), device, reps),
+        "triton": time_launch(lambda: attention.paged_attention(*paged, out, **scales), device, reps),
         "sdpa": time_launch(
             lambda: F.scaled_dot_product_attention(
                 sdpa_query, keys, values, is_causal=causal, scale=paged[-1], enable_gqa=True
@@ -159,9 +193,11 @@ def run_case(case: Case, dtype: torch.dtype, device: torch.device, reps: int, ba
             reps,
         ),
     }
-    row = {**asdict(case), "dtype": str(dtype).removeprefix("torch."), "device": device.type}
-    moved, work = bytes_moved(case, dtype), flops(case)
+    row = {**asdict(case), "dtype": str(dtype).removeprefix("torch."), "kv_cache_dtype": kv_cache_dtype,
+           "device": device.type}
+    work = flops(case)
     for name, t in seconds.items():
+        moved = bytes_moved(case, dtype, kv_cache_dtype if name == "triton" else "auto")
         row[f"{name}_us"] = t * 1e6
         row[f"{name}_tb_per_s"] = moved / t / 1e12
         row[f"{name}_pct_spec_bw"] = 100 * moved / t / bandwidth if bandwidth else float("nan")
@@ -184,7 +220,7 @@ def format_row(row: dict) -> str:
     met = goal_met(row)
     goal = "" if met is None else ("goal met" if met else "GOAL MISSED")
     return (
-        f"{row['kind']:8}{row['batch']:>6}{row['context']:>8}"
+        f"{row['kind']:8}{row['kv_cache_dtype']:>6}{row['batch']:>6}{row['context']:>8}"
         f"{row['triton_us']:>11.1f}{row['triton_tb_per_s']:>8.2f}{row['triton_pct_spec_bw']:>7.1f}"
         f"{row['triton_tflops']:>8.1f}"
         f"{row['sdpa_us']:>11.1f}{row['sdpa_tb_per_s']:>8.2f}{row['sdpa_pct_spec_bw']:>7.1f}"
@@ -193,7 +229,7 @@ def format_row(row: dict) -> str:
 
 
 HEADER = (
-    f"{'kind':8}{'batch':>6}{'context':>8}"
+    f"{'kind':8}{'kv':>6}{'batch':>6}{'context':>8}"
     f"{'triton_us':>11}{'TB/s':>8}{'%spec':>7}{'TFLOP/s':>8}"
     f"{'sdpa_us':>11}{'TB/s':>8}{'%spec':>7}{'TFLOP/s':>8}"
 )
@@ -207,7 +243,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--spec-bandwidth", type=float, help="spec memory bandwidth in TB/s (default: by GPU name)")
     parser.add_argument("--csv", help="also write the rows to this CSV file")
     parser.add_argument("--smoke", action="store_true", help="tiny shapes on the CPU via the Triton interpreter")
-    return parser.parse_args(argv)
+    parser.add_argument("--kv-cache-dtype", default="auto",
+                        help="comma-separated KV cache formats for the Triton kernel: auto (the query's dtype), "
+                             "int8, fp8, int4")
+    args = parser.parse_args(argv)
+    args.kv_cache_dtype = args.kv_cache_dtype.split(",")
+    for name in args.kv_cache_dtype:
+        if name not in ("auto", *quant.QUANTIZED_NAMES):
+            parser.error(f"--kv-cache-dtype: {name!r} is not one of auto, {', '.join(quant.QUANTIZED_NAMES)}")
+    return args
 
 
 def smoke_cases() -> list[Case]:
@@ -231,9 +275,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
     dtype = getattr(torch, args.dtype)
     print(HEADER)
     rows = []
-    for case in cases:
-        rows.append(run_case(case, dtype, device, reps, bandwidth))
-        print(format_row(rows[-1]), flush=True)
+    for kv_cache_dtype in args.kv_cache_dtype:
+        for case in cases:
+            rows.append(run_case(case, dtype, device, reps, bandwidth, kv_cache_dtype))
+            print(format_row(rows[-1]), flush=True)
     for kind in ("decode", "prefill"):
         judged = [goal_met(row) for row in rows if row["kind"] == kind and goal_met(row) is not None]
         print(f"{kind} goal met in {sum(judged)} of {len(judged)} shapes it applies to")

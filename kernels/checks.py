@@ -12,6 +12,8 @@ import math
 
 import torch
 
+from kernels import quant
+
 ATTENTION_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 INDEX_DTYPES = (torch.int32, torch.int64)
 
@@ -43,21 +45,33 @@ def _check_contiguous(name: str, x: torch.Tensor) -> None:
 
 
 def check_kv_cache(key_cache, value_cache, k_scale, v_scale, like: tuple | None = None) -> None:
-    """Both caches ``[num_blocks, block_size, num_kv_heads, head_dim]``, alike, contiguous.
+    """Both caches ``[num_blocks, block_size, num_kv_heads, last_dim]``, alike, contiguous, with their scales.
 
-    ``like=(name, tensor)``: the caches must be on that tensor's device, of its dtype (or int8),
-    and share its last dimension.
+    ``like=(name, tensor)``: the caches must be on that tensor's device and hold its last
+    dimension (``head_dim``; half of it, packed, for int4). A float cache is of ``tensor``'s dtype,
+    or float16 under float32 (the engine's "fp16" cache under a float32 model, as on CPUs): writes
+    round to nearest, reads convert exactly. (Not bfloat16: Triton 3.8's interpreter rounds float32
+    to bfloat16 differently from torch, which the write test caught.)
 
-    A float cache has no scales; an int8 cache has ``k_scale`` and ``v_scale``, float32
-    ``[num_blocks, block_size, num_kv_heads]`` (see ``kernels.quant``).
+    The cache's dtype says its format (``kernels.quant``): a float cache has no scales; the others
+    need float32 ``k_scale`` and ``v_scale`` shaped ``[num_blocks, block_size, num_kv_heads]`` (int8),
+    ``[1]`` or ``[num_kv_heads]`` (fp8, positive and finite), ``[num_blocks, block_size,
+    num_kv_heads, head_dim // group_size]`` (int4, ``group_size`` an even power of two).
     """
-    _check_tensor("key_cache", key_cache, ndim=4, dtypes=(*ATTENTION_DTYPES, torch.int8), like=like)
+    _check_tensor("key_cache", key_cache, ndim=4, dtypes=(*ATTENTION_DTYPES, *quant.QUANTIZED_DTYPES), like=like)
+    packed = key_cache.dtype == quant.INT4_DTYPE
     if like is not None:
         name, tensor = like
-        if key_cache.dtype not in (tensor.dtype, torch.int8):
-            _fail("key_cache", f"dtype {key_cache.dtype} is neither {name}'s {tensor.dtype} nor int8")
-        if key_cache.shape[-1] != tensor.shape[-1]:
-            _fail("key_cache", f"head_dim {key_cache.shape[-1]} does not match {name}'s {tensor.shape[-1]}")
+        readable = (tensor.dtype, *((torch.float16,) if tensor.dtype == torch.float32 else ()))
+        if key_cache.dtype in ATTENTION_DTYPES and key_cache.dtype not in readable:
+            _fail("key_cache", f"a {key_cache.dtype} cache cannot be read exactly as {name}'s {tensor.dtype}: "
+                  f"expected one of {[str(d) for d in readable]} or a quantized format")
+        head_dim = tensor.shape[-1]
+        if packed and head_dim % 2:
+            _fail(name, f"head_dim {head_dim} is odd, but an int4 cache packs two values a byte")
+        if key_cache.shape[-1] != (head_dim // 2 if packed else head_dim):
+            what = f"holds head_dim {2 * key_cache.shape[-1]} packed" if packed else f"head_dim {key_cache.shape[-1]}"
+            _fail("key_cache", f"{what}, which does not match {name}'s {head_dim}")
     like = ("key_cache", key_cache)
     _check_tensor("value_cache", value_cache, ndim=4, dtypes=(key_cache.dtype,), like=like)
     _check_shape("value_cache", value_cache, key_cache.shape)
@@ -65,17 +79,36 @@ def check_kv_cache(key_cache, value_cache, k_scale, v_scale, like: tuple | None 
     _check_contiguous("value_cache", value_cache)
     if 0 in key_cache.shape[1:]:
         _fail("key_cache", f"block_size, num_kv_heads and head_dim must be >= 1, got shape {tuple(key_cache.shape)}")
-    quantized = key_cache.dtype == torch.int8
+    quantized = key_cache.dtype in quant.QUANTIZED_DTYPES
     for scale_name, cache_scale in (("k_scale", k_scale), ("v_scale", v_scale)):
         if not quantized:
             if cache_scale is not None:
-                _fail(scale_name, f"given, but the cache is {key_cache.dtype}, not int8")
+                _fail(scale_name, f"given, but the cache is {key_cache.dtype}, not a quantized format")
             continue
         if cache_scale is None:
-            _fail(scale_name, "required: the cache is int8, and its scales are needed to read it")
-        _check_tensor(scale_name, cache_scale, ndim=3, dtypes=(torch.float32,), like=like)
-        _check_shape(scale_name, cache_scale, key_cache.shape[:3])
+            _fail(scale_name, f"required: the cache is {key_cache.dtype}, and its scales are needed to read it")
+        if key_cache.dtype == quant.FP8_DTYPE:
+            _check_tensor(scale_name, cache_scale, ndim=1, dtypes=(torch.float32,), like=like)
+            if cache_scale.shape[0] not in (1, key_cache.shape[2]):
+                _fail(scale_name, f"an fp8 scale is per tensor [1] or per KV head [{key_cache.shape[2]}], "
+                      f"got shape {tuple(cache_scale.shape)}")
+            if not ((cache_scale > 0) & cache_scale.isfinite()).all():
+                _fail(scale_name, f"fp8 scales must be positive and finite, got {cache_scale.tolist()}")
+        elif packed:
+            _check_tensor(scale_name, cache_scale, ndim=4, dtypes=(torch.float32,), like=like)
+            _check_shape(scale_name, cache_scale[..., 0], key_cache.shape[:3])
+            head_dim, num_groups = 2 * key_cache.shape[3], cache_scale.shape[3]
+            group_size = head_dim // max(num_groups, 1)
+            if num_groups == 0 or group_size * num_groups != head_dim or group_size < 2 \
+                    or group_size & (group_size - 1):
+                _fail(scale_name, f"{num_groups} int4 groups do not cut head_dim {head_dim} into groups of a "
+                      "power-of-two size >= 2")
+        else:
+            _check_tensor(scale_name, cache_scale, ndim=3, dtypes=(torch.float32,), like=like)
+            _check_shape(scale_name, cache_scale, key_cache.shape[:3])
         _check_contiguous(scale_name, cache_scale)
+    if quantized and k_scale.shape != v_scale.shape:
+        _fail("v_scale", f"shape {tuple(v_scale.shape)} differs from k_scale's {tuple(k_scale.shape)}")
 
 
 def check_paged_attention(
@@ -128,9 +161,9 @@ def check_reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, k_
     _check_tensor("key", key, ndim=3, dtypes=ATTENTION_DTYPES)
     like = ("key", key)
     check_kv_cache(key_cache, value_cache, k_scale, v_scale, like)
-    num_blocks, block_size, num_kv_heads, head_dim = key_cache.shape
-    if tuple(key.shape[1:]) != (num_kv_heads, head_dim):
-        _fail("key", f"expected [num_tokens, {num_kv_heads}, {head_dim}] to match the cache, got {tuple(key.shape)}")
+    num_blocks, block_size, num_kv_heads, _ = key_cache.shape
+    if key.shape[1] != num_kv_heads:  # (check_kv_cache matched head_dim)
+        _fail("key", f"expected [num_tokens, {num_kv_heads}, head_dim] to match the cache, got {tuple(key.shape)}")
     _check_tensor("value", value, ndim=3, dtypes=(key.dtype,), like=like)
     _check_shape("value", value, key.shape)
     _check_tensor("slot_mapping", slot_mapping, ndim=1, dtypes=INDEX_DTYPES, like=like)

@@ -24,7 +24,7 @@ import os
 
 import torch
 
-from kernels import checks, torch_path
+from kernels import checks, quant, torch_path
 
 BACKENDS = ("auto", "triton", "torch")
 
@@ -67,7 +67,9 @@ def paged_attention(
     Args:
         query: ``[num_query_tokens, num_heads, head_dim]``, float32, float16 or bfloat16.
         key_cache, value_cache: ``[num_blocks, block_size, num_kv_heads, head_dim]``,
-            contiguous, the query's dtype, or int8 with ``k_scale``/``v_scale``.
+            contiguous, the query's dtype, or a quantized format with ``k_scale``/``v_scale``
+            (``kernels.quant``): int8, fp8 (``torch.float8_e4m3fn``) or int4 (``torch.uint8``,
+            ``head_dim // 2`` bytes a head).
         block_table: int32 ``[num_seqs, max_blocks_per_seq]``; entries past a sequence's
             last block are never read.
         seq_lens: int32 ``[num_seqs]``, each sequence's context length after this step.
@@ -76,8 +78,9 @@ def paged_attention(
             attend causally to all positions before them.
         scale: softmax scale, usually ``head_dim ** -0.5``.
         out: optional ``[num_query_tokens, num_heads, head_dim]`` output, the query's dtype.
-        k_scale, v_scale: float32 ``[num_blocks, block_size, num_kv_heads]``, only for an int8
-            cache (see ``kernels.quant``).
+        k_scale, v_scale: float32, only for a quantized cache: ``[num_blocks, block_size,
+            num_kv_heads]`` (int8), ``[1]`` or ``[num_kv_heads]`` (fp8), ``[num_blocks, block_size,
+            num_kv_heads, head_dim // group_size]`` (int4).
         backend: ``"auto"``, ``"triton"`` or ``"torch"`` (see the module docstring).
         validate: check the arguments first (the default). The checks read the metadata back to
             the host, a device synchronisation on a GPU: a caller running many layers over the
@@ -112,7 +115,8 @@ def reshape_and_cache(
 
     Slot ``s`` is offset ``s % block_size`` of block ``s // block_size``; -1 skips the token.
     ``key``/``value`` are ``[num_tokens, num_kv_heads, head_dim]`` in the cache's dtype, or any
-    float dtype for an int8 cache, whose per-token-per-head scales go to ``k_scale``/``v_scale``.
+    float dtype for a quantized cache: int8 and int4 write their per-token scales to
+    ``k_scale``/``v_scale``, fp8 reads its static ones from there.
     ``slot_mapping`` may be int32 or int64. ``validate``: as for ``paged_attention``.
     """
     if validate:
@@ -131,12 +135,13 @@ def copy_blocks(
     backend: str = "auto",
 ) -> None:
     """Copy-on-write: for each ``(src, dst)`` row of ``block_mapping`` (int32/int64 ``[num_pairs, 2]``),
-    overwrite block ``dst`` with block ``src`` in both caches (and their scales, if int8).
+    overwrite block ``dst`` with block ``src`` in both caches (and their per-token scales, int8 and int4).
 
     Destinations must be distinct and must not also be sources, so the result does not depend
     on the order of the copies.
     """
     checks.check_copy_blocks(key_cache, value_cache, block_mapping, k_scale, v_scale)
-    caches = [cache for cache in (key_cache, value_cache, k_scale, v_scale) if cache is not None]
+    per_token_scales = key_cache.dtype != quant.FP8_DTYPE  # an fp8 scale belongs to the tensor, not a block
+    caches = [key_cache, value_cache, *((k_scale, v_scale) if k_scale is not None and per_token_scales else ())]
     run = _implementation(backend, key_cache.device, "cache_ops", "copy_blocks")
     run(caches, block_mapping)

@@ -8,8 +8,11 @@ file is the one to believe.
 
 Layouts are vLLM's: caches ``[num_blocks, block_size, num_kv_heads, head_dim]``, a sequence's
 token ``t`` lives in block ``block_table[seq, t // block_size]`` at offset ``t % block_size``,
-and slot ``s`` is offset ``s % block_size`` of block ``s // block_size``. A quantized cache is
-int8 with one float32 scale per token and KV head (``[num_blocks, block_size, num_kv_heads]``).
+and slot ``s`` is offset ``s % block_size`` of block ``s // block_size``. Quantized caches (see
+``kernels.quant``) are read here by their definitions, written out again rather than imported:
+int8 with one float32 scale per token and KV head (``[num_blocks, block_size, num_kv_heads]``);
+fp8 (e4m3) with one scale per tensor or KV head; int4 as uint8 bytes holding channel ``2j`` in the
+low nibble and ``2j + 1`` in the high one, each plus 8, with a scale per group of channels.
 """
 
 import torch
@@ -17,8 +20,22 @@ import torch
 
 def _token_kv(cache: torch.Tensor, cache_scale: torch.Tensor | None, block_id: int, offset: int):
     """One token's K or V for all KV heads, as float32 ``[num_kv_heads, head_dim]``."""
-    values = cache[block_id, offset].float()
-    if cache_scale is not None:
+    stored = cache[block_id, offset]
+    if cache.dtype == torch.uint8:  # int4
+        scales = cache_scale[block_id, offset]  # [num_kv_heads, num_groups]
+        num_kv_heads, packed_dim = stored.shape
+        group_size = 2 * packed_dim // scales.shape[1]
+        values = torch.empty(num_kv_heads, 2 * packed_dim)
+        for head in range(num_kv_heads):
+            for j in range(packed_dim):
+                byte = int(stored[head, j])
+                for channel, nibble in ((2 * j, byte % 16), (2 * j + 1, byte // 16)):
+                    values[head, channel] = (nibble - 8) * float(scales[head, channel // group_size])
+        return values
+    values = stored.float()
+    if cache.dtype == torch.float8_e4m3fn:  # one scale per tensor ([1]) or per KV head
+        return values * cache_scale.float().expand(values.shape[0])[:, None]
+    if cache_scale is not None:  # int8
         values = values * cache_scale[block_id, offset].float()[:, None]
     return values
 

@@ -68,6 +68,10 @@ def _gather(cache, cache_scale, block_ids, length, past):
 
     if cache_scale is None:
         values = gather_blocks(cache).float()
+    elif cache.dtype == quant.FP8_DTYPE:
+        values = quant.dequantize_fp8(gather_blocks(cache), cache_scale)
+    elif cache.dtype == quant.INT4_DTYPE:
+        values = quant.dequantize_int4(gather_blocks(cache), gather_blocks(cache_scale))
     else:
         values = quant.dequantize(gather_blocks(cache), gather_blocks(cache_scale))
     if past is not None:
@@ -95,7 +99,7 @@ def _attend_decodes(query, key_cache, value_cache, block_table, seq_lens, decode
 
     The rows are sorted once, so that a group is a slice of each per-sequence tensor; the groups'
     results land in one buffer, written to ``out`` at the end."""
-    device, (_, block_size, num_kv_heads, head_dim) = query.device, key_cache.shape
+    device, (_, block_size, num_kv_heads, _), head_dim = query.device, key_cache.shape, query.shape[-1]
     order = sorted(decodes, key=lens.__getitem__, reverse=True)
     lengths = [lens[seq] for seq in order]
     rows = torch.tensor(order, device=device)
@@ -154,9 +158,12 @@ def reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, k_scale,
     for new, cache, cache_scale in ((key, key_cache, k_scale), (value, value_cache, v_scale)):
         new = new[stored]
         if cache_scale is None:
-            cache.flatten(0, 1)[slots] = new
+            cache.flatten(0, 1)[slots] = new.to(cache.dtype)
+        elif cache.dtype == quant.FP8_DTYPE:  # a static scale: only the values are written
+            cache.flatten(0, 1)[slots] = quant.quantize_fp8(new, cache_scale)
         else:
-            values, scales = quant.quantize(new)
+            group_size = 2 * cache.shape[-1] // cache_scale.shape[-1] if cache.dtype == quant.INT4_DTYPE else None
+            values, scales = quant.quantize(new) if group_size is None else quant.quantize_int4(new, group_size)
             cache.flatten(0, 1)[slots] = values
             cache_scale.flatten(0, 1)[slots] = scales
 

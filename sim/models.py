@@ -82,8 +82,10 @@ def get_model(name: str | ModelSpec) -> ModelSpec:
 class KVDtype:
     """How the KV cache stores a value, and what reading it back costs.
 
-    int8 keeps one fp16 scale per (token, head); int4 a scale and a zero point (KIVI-style
-    asymmetric quantization); fp8 (e4m3) a per-tensor scale, i.e. nothing per token.
+    The formats the engine and kernels implement (`kernels.quant`): int8 keeps one float32 scale
+    per (token, head); int4 one float32 scale per group of 32 values, i.e. 4 + 32/32 = 5 bits a
+    value (exact for any head_dim divisible by 32); fp8 (e4m3) a per-tensor scale, i.e. nothing
+    per token.
     `dequant_ops` counts FP32 operations per element read: convert (+ unpack for int4),
     multiply by the scale (+ add the zero point for int4).
     """
@@ -97,8 +99,8 @@ class KVDtype:
 KV_DTYPES: dict[str, KVDtype] = {d.name: d for d in (
     KVDtype("fp16", 16, 0, 0),
     KVDtype("fp8", 8, 0, 1),
-    KVDtype("int8", 8, 2, 2),
-    KVDtype("int4", 4, 4, 4),
+    KVDtype("int8", 8, 4, 2),
+    KVDtype("int4", 5, 0, 4),  # 4 bits + its group's float32 scale, 32 bits over 32 values
 )}
 
 

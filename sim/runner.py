@@ -18,11 +18,12 @@ from paged.workloads.workload import Workload
 
 from .clock import TICKS_PER_S, to_ticks
 from .cluster import Cluster
+from .compressed_swap import DEFAULT_PROFILE, SwapProfile, with_compressed_swap
 from .cost_model import CostModel, RooflineParams, roofline_cost_model
 from .gpu_cost import gpu_cost_model, is_gpu_cost_model
 from .hardware import get_hardware
 from .host_memory import check_fits
-from .memory import plan_kv_cache
+from .memory import KVPlan, plan_kv_cache
 from .models import get_model
 from .recorder import TIMESERIES_COLUMNS, RequestLog
 from .report import SimResult
@@ -32,29 +33,48 @@ from .sim_config import SimConfig
 def build_cost_model(config: SimConfig) -> CostModel:
     cm = config.cost_model
     if isinstance(cm, CostModel):
-        return cm
-    if is_gpu_cost_model(cm):
-        return gpu_cost_model(cm, config.model, config.hardware, tp=config.tp, kv_cache_dtype=config.kv_cache_dtype,
-                              block_size=config.block_size, step_overhead_s=config.step_overhead_s)
-    if cm == "roofline":
-        return roofline_cost_model(config.model, config.hardware, tp=config.tp, kv_cache_dtype=config.kv_cache_dtype,
-                                   block_size=config.block_size,
-                                   params=RooflineParams(config.mfu_efficiency, config.bandwidth_efficiency,
-                                                         config.step_overhead_s))
-    from .profiled import fit_profile
+        model = cm
+    elif is_gpu_cost_model(cm):
+        model = gpu_cost_model(cm, config.model, config.hardware, tp=config.tp, kv_cache_dtype=config.kv_cache_dtype,
+                               block_size=config.block_size, step_overhead_s=config.step_overhead_s)
+    elif cm == "roofline":
+        model = roofline_cost_model(config.model, config.hardware, tp=config.tp, kv_cache_dtype=config.kv_cache_dtype,
+                                    block_size=config.block_size,
+                                    params=RooflineParams(config.mfu_efficiency, config.bandwidth_efficiency,
+                                                          config.step_overhead_s))
+    else:
+        from .profiled import fit_profile
 
-    return fit_profile(cm).cost_model
+        model = fit_profile(cm).cost_model
+    profile = swap_profile(config)
+    if profile is None:
+        return model
+    return with_compressed_swap(model, profile, kv_plan(config), get_hardware(config.hardware), config.tp,
+                                config.swap_codec_threads)
+
+
+def kv_plan(config: SimConfig) -> KVPlan:
+    return plan_kv_cache(get_model(config.model), get_hardware(config.hardware), tp=config.tp,
+                         gpu_memory_utilization=config.gpu_memory_utilization, block_size=config.block_size,
+                         kv_dtype=config.kv_cache_dtype, swap_space_gib=config.swap_space_gib)
+
+
+def swap_profile(config: SimConfig) -> SwapProfile | None:
+    """The measured LZ4 profile of compressed swap, or None when swapped blocks are stored as they are."""
+    if config.swap_compression is None:
+        return None
+    return SwapProfile.load(config.swap_profile or DEFAULT_PROFILE, config.kv_cache_dtype, config.swap_compression)
 
 
 def build_cache_config(config: SimConfig) -> CacheConfig:
-    model, hw = get_model(config.model), get_hardware(config.hardware)
-    plan = plan_kv_cache(model, hw, tp=config.tp, gpu_memory_utilization=config.gpu_memory_utilization,
-                         block_size=config.block_size, kv_dtype=config.kv_cache_dtype,
-                         swap_space_gib=config.swap_space_gib)
+    plan = kv_plan(config)
+    profile = swap_profile(config)
+    num_cpu_blocks = plan.num_cpu_blocks if profile is None else profile.host_blocks(plan, config.swap_space_gib,
+                                                                                     config.tp)
     return CacheConfig(
         num_gpu_blocks=config.num_gpu_blocks or plan.num_gpu_blocks,
         block_size=config.block_size,
-        num_cpu_blocks=plan.num_cpu_blocks if config.preemption == "swap" else 0,
+        num_cpu_blocks=num_cpu_blocks if config.preemption == "swap" else 0,
         enable_prefix_caching=config.enable_prefix_caching,
         watermark=config.watermark,
     )

@@ -14,6 +14,7 @@ from paged.core.routing import ROUTERS
 from paged.core.static_batching import RESERVE_MODES
 from paged.core.validation import is_int, is_number, is_power_of_two, require
 
+from .compressed_swap import CODECS as SWAP_CODECS
 from .cost_model import CostModel
 
 MIN_EFFICIENCY = 0.001
@@ -34,6 +35,11 @@ class SimConfig:
     gpu_memory_utilization: float = 0.9
     num_gpu_blocks: int | None = None
     swap_space_gib: float = 4.0  # host memory per GPU for preemption by swap
+    # swapped blocks LZ4-compressed on the host ("lz4", "lz4-shuffle"), as measured in swap_profile
+    # (see sim.compressed_swap), by swap_codec_threads cores per GPU; None: stored as they are
+    swap_compression: str | None = None
+    swap_profile: str | None = None  # None: sim.compressed_swap.DEFAULT_PROFILE
+    swap_codec_threads: int = 1
     enable_prefix_caching: bool = True
     watermark: float = 0.01
     # the scheduler (max_model_len: None = the model's context length)
@@ -77,6 +83,8 @@ class SimConfig:
         check(self.num_gpu_blocks is None or (is_int(self.num_gpu_blocks) and self.num_gpu_blocks >= 1),
                 "num_gpu_blocks", "None or an integer >= 1")
         check(self.swap_space_gib >= 0, "swap_space_gib", ">= 0")
+        check(self.swap_compression in (None, *SWAP_CODECS), "swap_compression", f"None or one of {list(SWAP_CODECS)}")
+        check(is_int(self.swap_codec_threads) and self.swap_codec_threads >= 1, "swap_codec_threads", "an integer >= 1")
         check(self.max_model_len is None or (is_int(self.max_model_len) and self.max_model_len >= 2),
                 "max_model_len", "None or an integer >= 2")
         check(is_int(self.static_batch_size) and self.static_batch_size >= 1, "static_batch_size",

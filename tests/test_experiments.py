@@ -123,6 +123,24 @@ def test_kv_compression(tmp_path):
     assert sat.loc["int4", "output_tokens_per_s"] >= sat.loc["fp16", "output_tokens_per_s"]
 
 
+def test_kv_memory_70b(tmp_path):
+    """The memory arithmetic is exact on any slice: fp16 is the article's 280 GB by construction, the formats'
+    bytes order the rest, LZ4 moves no GPU byte; a swap through a one-core codec is slower than a plain one."""
+    table = run_quick("kv_memory_70b", tmp_path)
+    mem = table[table.kind == "memory"].set_index("kv_cache_dtype")
+    assert mem.loc["fp16", "gpu_total_gb"] == pytest.approx(280.0)
+    assert mem.loc["int4", "gpu_total_gb"] < mem.loc["fp8", "gpu_total_gb"] < mem.loc["int8", "gpu_total_gb"] < 280
+    assert ((mem.lz4_ratio > 0.5) & (mem.lz4_ratio <= 1.01)).all()
+    assert (mem.host_swap_gb_lz4 <= mem.host_swap_gb * 1.01).all()
+    swap = table[(table.kind == "swap") & (table.kv_cache_dtype == "fp16")].set_index("swap_case")
+    assert swap.loc["swap + lz4, 1 core", "swap_ms_per_block"] > swap.loc["swap", "swap_ms_per_block"] > 0
+    assert swap.loc["swap + lz4, 8 cores", "swap_ms_per_block"] < swap.loc["swap + lz4, 1 core", "swap_ms_per_block"]
+    serving = table[table.kind == "serving"]
+    assert set(serving.kv_cache_dtype) == {"fp16", "int4"} and (serving.output_tokens_per_s > 0).all()
+    verdicts = (tmp_path / "verdicts.txt").read_text()
+    assert "LZ4 saves 0 GB" in verdicts and "LZ4 on KV bytes pays" in verdicts
+
+
 def test_priority(tmp_path):
     table = run_quick("priority", tmp_path)
     assert {"offered_qps", "policy", "class", "ttft_s_p90", "slo_attainment", "num_preemptions"} <= set(table.columns)

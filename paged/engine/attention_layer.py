@@ -34,11 +34,14 @@ class PagedAttention(nn.Module):
         self.scale = scale
         self.key_cache: torch.Tensor | None = None  # [num_blocks, block_size, num_kv_heads, head_dim]
         self.value_cache: torch.Tensor | None = None
+        self.k_scale: torch.Tensor | None = None  # a quantized cache's scales (kernels.quant); None for a float one
+        self.v_scale: torch.Tensor | None = None
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
         check = not meta.checked
-        kernels.reshape_and_cache(k, v, self.key_cache, self.value_cache, meta.slot_mapping, validate=check)
+        scales = {"k_scale": self.k_scale, "v_scale": self.v_scale}
+        kernels.reshape_and_cache(k, v, self.key_cache, self.value_cache, meta.slot_mapping, validate=check, **scales)
         out = kernels.paged_attention(q, self.key_cache, self.value_cache, meta.block_table, meta.seq_lens,
-                                      meta.query_start_loc, self.scale, validate=check)
+                                      meta.query_start_loc, self.scale, validate=check, **scales)
         meta.checked = True
         return out

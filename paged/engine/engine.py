@@ -65,7 +65,7 @@ class LLMEngine:
         chunked = config.enable_chunked_prefill
         max_tokens = config.max_num_batched_tokens or (
             DEFAULT_MAX_NUM_BATCHED_TOKENS if chunked else max(DEFAULT_MAX_NUM_BATCHED_TOKENS, max_model_len))
-        block_bytes = CacheEngine.bytes_per_block(mc, config.block_size, dtype)
+        block_bytes = CacheEngine.bytes_per_block(mc, config.block_size, dtype, config.kv_cache_dtype)
         num_gpu_blocks = config.num_gpu_blocks or self._kv_budget(max_tokens) // block_bytes
         if num_gpu_blocks < 1:
             raise ValueError(f"the KV cache budget holds no block of {block_bytes} bytes: raise "
@@ -91,7 +91,8 @@ class LLMEngine:
                             long_prefill_token_threshold=config.long_prefill_token_threshold,
                             policy=config.policy, preemption_mode=config.preemption_mode),
         )
-        self.cache = CacheEngine(mc, num_gpu_blocks, num_cpu_blocks, config.block_size, dtype, device)
+        self.cache = CacheEngine(mc, num_gpu_blocks, num_cpu_blocks, config.block_size, dtype, device,
+                                 config.kv_cache_dtype, config.swap_compression)
         self.sampler = Sampler(config.seed)
         self.runner = ModelRunner(self.model, self.cache, self.sampler, device)
         self.requests: dict[str, RequestState] = {}  # unfinished, by the id the user knows

@@ -27,6 +27,8 @@ _OPTIONS = {
     "preemption_mode": (str, "recompute or swap"),
     "policy": (str, "scheduling policy: fcfs, priority, sjf, edf, lpm"),
     "threads": (int, "torch CPU threads (default: half the CPUs this process may use, at least 1)"),
+    "kv_cache_dtype": (str, "how K/V are stored: auto (the model's dtype), fp16, int8, fp8 (e4m3) or int4"),
+    "swap_compression": (str, "swapped KV blocks LZ4-compressed in host memory: lz4 or lz4-shuffle"),
 }
 _SWITCHES = {
     "enable_prefix_caching": "reuse the KV blocks of shared prompt prefixes",

@@ -15,6 +15,8 @@ from paged.core.policies import Policy
 from paged.core.validation import is_int, is_number, is_power_of_two, require
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+KV_CACHE_DTYPES = ("auto", "fp16", "int8", "fp8", "int4")  # how K/V are stored: paged.engine.cache_engine
+SWAP_COMPRESSIONS = (None, "lz4", "lz4-shuffle")  # paged.engine.swap_compression
 DEFAULT_CPU_KV_CACHE_BYTES = 256 << 20  # ~5.8k tokens of SmolLM2-135M in float32 (allocated and zeroed at start)
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048
 DEFAULT_MAX_NUM_SEQS = 256
@@ -33,6 +35,11 @@ class EngineConfig:
     the engine may fill, weights included) on CUDA; `num_gpu_blocks` overrides both (tests use it
     to force preemption). Swapping needs a host pool: `swap_space` GiB or `num_cpu_blocks`; with
     preemption_mode="swap" and neither given, the host pool matches the device pool.
+
+    `kv_cache_dtype`: "auto" (the model's dtype), "fp16", "int8", "fp8" or "int4" (see
+    `paged.engine.cache_engine`); the same memory then holds as many more tokens as the format
+    saves bytes. `swap_compression` ("lz4", "lz4-shuffle"): swapped blocks are held LZ4-compressed
+    in host memory (`paged.engine.swap_compression`).
 
     `max_model_len` defaults to what both the model and the KV cache hold. Given larger than the
     cache (tests do, to force preemption), it is kept with a warning, and no sequence grows past
@@ -60,11 +67,17 @@ class EngineConfig:
     preemption_mode: str = "recompute"
     watermark: float = 0.01
     threads: int | None = None
+    kv_cache_dtype: str = "auto"
+    swap_compression: str | None = None
 
     def __post_init__(self) -> None:
         # Checked before the model loads (which takes seconds), and before any division by them.
         require(self.dtype == "auto" or self.dtype in DTYPES, "EngineConfig",
                 "dtype", self.dtype, f"'auto' or one of {list(DTYPES)}")
+        require(self.kv_cache_dtype in KV_CACHE_DTYPES, "EngineConfig", "kv_cache_dtype", self.kv_cache_dtype,
+                f"one of {list(KV_CACHE_DTYPES)}")
+        require(self.swap_compression in SWAP_COMPRESSIONS, "EngineConfig", "swap_compression",
+                self.swap_compression, f"one of {list(SWAP_COMPRESSIONS)}")
         require(isinstance(self.device, str) and (self.device in ("auto", "cpu") or self.device.startswith("cuda")),
                  "EngineConfig", "device", self.device, "'auto', 'cpu' or 'cuda[:N]'")
         if isinstance(self.device, str) and self.device.startswith("cuda") and not torch.cuda.is_available():

@@ -48,8 +48,8 @@ class ModelRunner:
         self.cache = cache
         self.sampler = sampler
         self.device = device
-        for layer, (key_cache, value_cache) in zip(model.attention_layers, cache.layer_caches(), strict=True):
-            layer.key_cache, layer.value_cache = key_cache, value_cache
+        for layer, caches in zip(model.attention_layers, cache.layer_caches(), strict=True):
+            layer.key_cache, layer.value_cache, layer.k_scale, layer.v_scale = caches
 
     @torch.inference_mode()
     def execute_model(self, out: SchedulerOutput, kv: KVCacheManager) -> dict[str, list[int]]:

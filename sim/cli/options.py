@@ -50,6 +50,11 @@ def add_sim_options(p: argparse.ArgumentParser) -> None:
                    help="never reuse the KV blocks of a shared prefix")
     g.add_argument("--watermark", type=float, default=d.watermark,
                    help="fraction of blocks kept free when admitting, so that running requests can grow")
+    g.add_argument("--swap-compression", default=d.swap_compression, choices=("lz4", "lz4-shuffle"),
+                   help="swapped blocks LZ4-compressed on the host, modelled from a measured profile")
+    g.add_argument("--swap-profile", default=d.swap_profile,
+                   help="python -m paged.engine.swap_profile's JSON (default: the one measured on SmolLM2-135M)")
+    g.add_argument("--swap-codec-threads", type=int, default=d.swap_codec_threads, help="host cores per GPU for LZ4")
     g = p.add_argument_group("scheduler")
     g.add_argument("--max-num-seqs", type=int, default=d.max_num_seqs, help="most requests in one step")
     g.add_argument("--max-num-batched-tokens", type=int, default=d.max_num_batched_tokens,

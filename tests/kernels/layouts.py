@@ -4,7 +4,7 @@ A drawn batch mixes decode, prefill and chunked-prefill sequences whose lengths 
 edges (1, a block exactly, one past a block), scatters their blocks over the cache in random
 order, lets later sequences share leading blocks of earlier ones, pads the block table with
 nonsense past each sequence's last block, and fills every cache slot that no sequence reads
-with garbage (NaN, or extreme int8 values with NaN scales), so any stray read shows up.
+with garbage (NaN, or extreme int8/int4 values with NaN scales), so any stray read shows up.
 
 Tensor contents come from a torch generator seeded by one drawn integer: hypothesis shrinks
 the layout, not a million floats.
@@ -95,15 +95,42 @@ def _query_len(draw, seq_len: int) -> int:
     return draw(st.integers(1, seq_len))
 
 
-def _fill_cache(shape, slots, dtype, quantized, generator):
+QUANTIZED_FORMATS = ("int8", "fp8", "int4")
+
+
+@st.composite
+def cache_formats(draw, kv_format: str | None, head_dim: int) -> dict:
+    """How a cache of ``kv_format`` stores ``head_dim`` channels: fp8's scale (per tensor or head, large
+    or small, so values land in e4m3's subnormals and near its 448 limit) or int4's group size."""
+    if kv_format == "fp8":
+        return {"fp8_scale": draw(st.sampled_from([1.0, 2**-8, 0.37, 40.0])), "per_head": draw(st.booleans())}
+    if kv_format == "int4":
+        return {"group_size": draw(st.sampled_from([g for g in (2, 4, 8, 32) if head_dim % g == 0]))}
+    return {}
+
+
+def _fill_cache(shape, slots, dtype, kv_format, layout, generator):
     """Cache with random values in ``slots`` and garbage elsewhere; (cache, scale or None)."""
     num_blocks, block_size, num_kv_heads, head_dim = shape
     values = torch.randn(len(slots), num_kv_heads, head_dim, generator=generator)
     slots = torch.tensor(slots, dtype=torch.long)
-    if not quantized:
+    if kv_format in (None, "float16"):
+        dtype = getattr(torch, kv_format) if kv_format else dtype
         cache = torch.full(shape, float("nan"), dtype=dtype)
         cache.flatten(0, 1)[slots] = values.to(dtype)
         return cache, None
+    if kv_format == "fp8":  # unused slots hold NaN; the scale is read whole, so it cannot be garbage
+        cache = torch.full(shape, float("nan"), dtype=quant.FP8_DTYPE)
+        heads = num_kv_heads if layout["per_head"] else 1
+        scale = layout["fp8_scale"] * (1 + torch.rand(heads, generator=generator))
+        cache.flatten(0, 1)[slots] = quant.quantize_fp8(values, scale)
+        return cache, scale
+    if kv_format == "int4":
+        group_size = layout["group_size"]
+        cache = torch.full((*shape[:3], head_dim // 2), 255, dtype=quant.INT4_DTYPE)
+        scale = torch.full((*shape[:3], head_dim // group_size), float("nan"))
+        cache.flatten(0, 1)[slots], scale.flatten(0, 1)[slots] = quant.quantize_int4(values, group_size)
+        return cache, scale
     cache = torch.full(shape, -128, dtype=torch.int8)
     scale = torch.full(shape[:3], float("nan"))
     cache.flatten(0, 1)[slots], scale.flatten(0, 1)[slots] = quant.quantize(values)
@@ -111,8 +138,10 @@ def _fill_cache(shape, slots, dtype, quantized, generator):
 
 
 @st.composite
-def paged_batches(draw, device: str = "cpu", dtype=None, quantized: bool = False, max_seqs: int = 4):
-    """A :class:`PagedBatch` on ``device``; ``dtype=None`` draws one of :data:`DTYPES`."""
+def paged_batches(draw, device: str = "cpu", dtype=None, kv_format: str | None = None, max_seqs: int = 4):
+    """A :class:`PagedBatch` on ``device``; ``dtype=None`` draws one of :data:`DTYPES`; ``kv_format``:
+    None for a cache of the query's dtype, "float16" for one under float32 queries, or one of
+    :data:`QUANTIZED_FORMATS`."""
     dtype = dtype or draw(st.sampled_from(DTYPES))
     block_size = draw(st.sampled_from([1, 2, 8, 16, 32]))
     head_dim = draw(st.sampled_from([8, 16, 24, 64]))
@@ -152,8 +181,9 @@ def paged_batches(draw, device: str = "cpu", dtype=None, quantized: bool = False
     )
     generator = torch.Generator().manual_seed(draw(st.integers(0, 2**32 - 1)))
     shape = (num_blocks, block_size, num_kv_heads, head_dim)
-    key_cache, k_scale = _fill_cache(shape, read_slots, dtype, quantized, generator)
-    value_cache, v_scale = _fill_cache(shape, read_slots, dtype, quantized, generator)
+    layout = draw(cache_formats(kv_format, head_dim))
+    key_cache, k_scale = _fill_cache(shape, read_slots, dtype, kv_format, layout, generator)
+    value_cache, v_scale = _fill_cache(shape, read_slots, dtype, kv_format, layout, generator)
     query = torch.randn(sum(query_lens), num_heads, head_dim, generator=generator).to(dtype)
     starts = torch.tensor([0, *query_lens], dtype=torch.int32).cumsum(0, dtype=torch.int32)
 

@@ -13,6 +13,14 @@ def test_decode_bytes_are_the_kv_cache_plus_query_and_output():
     assert bench.bytes_moved(case, torch.float16) == kv + query_and_out + 2 * 2 * 4
 
 
+def test_quantized_kv_bytes_are_the_formats_own():
+    """int4 at head dim 4: 2 bytes of values and one float32 scale (a group of 4) per head, for K and V."""
+    case = bench.Case("decode", batch=2, context=32, num_heads=8, num_kv_heads=2, head_dim=4, block_size=16)
+    query_and_out_and_table = 2 * 2 * 1 * 8 * 4 * 2 + 2 * 2 * 4
+    assert bench.bytes_moved(case, torch.float16, "int4") == 2 * 32 * 2 * 2 * (2 + 4) + query_and_out_and_table
+    assert bench.bytes_moved(case, torch.float16, "fp8") == 2 * 32 * 2 * 2 * 4 + query_and_out_and_table
+
+
 def test_flops_count_the_causal_pairs():
     prefill = bench.Case("prefill", batch=1, context=4, num_heads=1, head_dim=1)
     assert bench.flops(prefill) == 4 * (1 + 2 + 3 + 4)
@@ -47,6 +55,19 @@ def test_needs_a_gpu_unless_smoke(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(SystemExit, match="needs a CUDA GPU"):
         bench.main([])
+
+
+def test_smoke_run_over_quantized_caches():
+    rows = bench.main(["--smoke", "--kv-cache-dtype", "fp8,int4"])
+    assert [(row["kv_cache_dtype"], row["kind"]) for row in rows] == [
+        ("fp8", "decode"), ("fp8", "prefill"), ("int4", "decode"), ("int4", "prefill")]
+    assert all(row["triton_us"] > 0 for row in rows)
+
+
+def test_unknown_kv_cache_dtype_is_refused(capsys):
+    with pytest.raises(SystemExit):
+        bench.main(["--smoke", "--kv-cache-dtype", "int3"])
+    assert "'int3' is not one of auto, int8, fp8, int4" in capsys.readouterr().err
 
 
 def test_smoke_run_prints_every_shape(tmp_path, capsys):

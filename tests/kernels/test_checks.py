@@ -44,7 +44,7 @@ BAD_ATTENTION = {
     "query is 2-D": ("query", torch.randn(3, 64)),
     "heads not a multiple of KV heads": ("query", torch.randn(3, 3, 16)),
     "key_cache is 3-D": ("key_cache", torch.randn(4, 8, 32)),
-    "key_cache dtype differs from query": ("key_cache", torch.randn(4, 8, 2, 16, dtype=torch.float16)),
+    "key_cache is float64": ("key_cache", torch.randn(4, 8, 2, 16, dtype=torch.float64)),
     "key_cache head_dim differs": ("key_cache", torch.randn(4, 8, 2, 32)),
     "key_cache not contiguous": ("key_cache", torch.randn(4, 8, 2, 32)[..., :16]),
     "value_cache shape differs": ("value_cache", torch.randn(5, 8, 2, 16)),
@@ -84,6 +84,14 @@ def test_paged_attention_rejects(case, backend):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_a_float32_cache_is_refused_under_bfloat16_queries(backend):
+    """Reading it would round every key and value: only caches the query's dtype holds exactly are read."""
+    args = {**attention_args(), "query": torch.randn(3, 4, 16, dtype=torch.bfloat16)}
+    with pytest.raises(ValueError, match="^key_cache: a torch.float32 cache cannot be read exactly"):
+        kernels.paged_attention(**args, backend=backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_paged_attention_rejects_empty_head_dims(backend):
     args = {**attention_args(), "query": torch.randn(3, 4, 0), "key_cache": torch.randn(4, 8, 2, 0),
             "value_cache": torch.randn(4, 8, 2, 0)}
@@ -106,6 +114,66 @@ def test_paged_attention_rejects_bad_scales(case):
         kernels.paged_attention(**args)
 
 
+def fp8_cache(scale_shape=(1,)) -> dict:
+    return {
+        "key_cache": torch.zeros(4, 8, 2, 16, dtype=torch.float8_e4m3fn),
+        "value_cache": torch.zeros(4, 8, 2, 16, dtype=torch.float8_e4m3fn),
+        "k_scale": torch.ones(scale_shape),
+        "v_scale": torch.ones(scale_shape),
+    }
+
+
+def int4_cache(num_groups=2) -> dict:
+    return {
+        "key_cache": torch.zeros(4, 8, 2, 8, dtype=torch.uint8),
+        "value_cache": torch.zeros(4, 8, 2, 8, dtype=torch.uint8),
+        "k_scale": torch.ones(4, 8, 2, num_groups),
+        "v_scale": torch.ones(4, 8, 2, num_groups),
+    }
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("cache", [fp8_cache(), fp8_cache((2,)), int4_cache(), int4_cache(8)], ids=str)
+def test_paged_attention_takes_fp8_and_int4_caches(cache, backend):
+    out = kernels.paged_attention(**{**attention_args(), **cache}, backend=backend)
+    assert out.shape == (3, 4, 16) and torch.isfinite(out).all()
+
+
+BAD_QUANTIZED_ATTENTION = {
+    "fp8 without scales": (fp8_cache(), "k_scale", None),
+    "fp8 scale per token": (fp8_cache(), "k_scale", torch.ones(4, 8, 2)),
+    "fp8 scale for 3 heads of 2": (fp8_cache(), "v_scale", torch.ones(3)),
+    "fp8 scale of zero": (fp8_cache(), "k_scale", torch.zeros(1)),
+    "fp8 scale NaN": (fp8_cache(), "v_scale", torch.full((1,), math.nan)),
+    "fp8 scales of two shapes": (fp8_cache(), "v_scale", torch.ones(2)),
+    "int4 scales of 3 groups in 16 channels": (int4_cache(), "k_scale", torch.ones(4, 8, 2, 3)),
+    "int4 scales of group size 1": (int4_cache(), "k_scale", torch.ones(4, 8, 2, 16)),
+    "int4 scales per head only": (int4_cache(), "v_scale", torch.ones(4, 8, 2)),
+    "int4 cache not packed (16 bytes for head_dim 16)": (int4_cache(), "key_cache", torch.zeros(4, 8, 2, 16,
+                                                                                                dtype=torch.uint8)),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_QUANTIZED_ATTENTION))
+def test_paged_attention_rejects_bad_quantized_caches(case):
+    cache, name, bad = BAD_QUANTIZED_ATTENTION[case]
+    args = {**attention_args(), **cache, name: bad}
+    if name == "key_cache":
+        args["value_cache"] = bad
+    with pytest.raises(ValueError, match=f"^{name}:"):
+        kernels.paged_attention(**args)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_int4_write_refuses_an_odd_head_dim(backend):
+    """int4 packs two channels a byte: a head_dim of 15 cannot be stored, whatever the cache's shape."""
+    args = {**write_args(), "key": torch.randn(3, 2, 15), "value": torch.randn(3, 2, 15),
+            **int4_cache(num_groups=1)}
+    args["key_cache"] = args["value_cache"] = torch.zeros(4, 8, 2, 7, dtype=torch.uint8)
+    with pytest.raises(ValueError, match="^key: head_dim 15 is odd, but an int4 cache packs two values a byte"):
+        kernels.reshape_and_cache(**args, backend=backend)
+
+
 def test_rejects_unknown_backend():
     with pytest.raises(ValueError, match="^backend:"):
         kernels.paged_attention(**attention_args(), backend="cuda")
@@ -122,7 +190,7 @@ def write_args() -> dict:
 
 
 BAD_WRITE = {
-    "key dtype differs from the cache": ("key", torch.randn(3, 2, 16, dtype=torch.float16)),
+    "key float16 into a float32 cache": ("key", torch.randn(3, 2, 16, dtype=torch.float16)),
     "key heads differ from the cache": ("key", torch.randn(3, 1, 16)),
     "key on another device": ("key", torch.randn(3, 2, 16, device=META)),
     "value shape differs": ("value", torch.randn(2, 2, 16)),

@@ -28,6 +28,8 @@ TRITON_TYPES = {
     torch.float16: "fp16",
     torch.bfloat16: "bf16",
     torch.int8: "i8",
+    torch.uint8: "u8",
+    torch.float8_e4m3fn: "fp8e4nv",
     torch.int32: "i32",
     torch.int64: "i64",
 }
@@ -86,12 +88,14 @@ def empty(*shape, dtype=torch.float16):
     return torch.empty(*shape, dtype=dtype, device=META)
 
 
-def attention_call(dtype, *, num_heads=32, num_kv_heads=4, head_dim=128, num_tokens=64, num_seqs=64, **kwargs):
-    cache_dtype = torch.int8 if kwargs.get("k_scale") is not None else dtype
+def attention_call(dtype, *, num_heads=32, num_kv_heads=4, head_dim=128, num_tokens=64, num_seqs=64,
+                   cache_dtype=None, **kwargs):
+    cache_dtype = cache_dtype or (torch.int8 if kwargs.get("k_scale") is not None else dtype)
+    cache_dim = head_dim // 2 if cache_dtype == torch.uint8 else head_dim
     return lambda: attention.paged_attention(
         empty(num_tokens, num_heads, head_dim, dtype=dtype),
-        empty(1024, 16, num_kv_heads, head_dim, dtype=cache_dtype),
-        empty(1024, 16, num_kv_heads, head_dim, dtype=cache_dtype),
+        empty(1024, 16, num_kv_heads, cache_dim, dtype=cache_dtype),
+        empty(1024, 16, num_kv_heads, cache_dim, dtype=cache_dtype),
         empty(num_seqs, 64, dtype=torch.int32),
         empty(num_seqs, dtype=torch.int32),
         empty(num_seqs + 1, dtype=torch.int32),
@@ -112,6 +116,23 @@ CALLS = {
     "decode head dim 256": attention_call(torch.bfloat16, head_dim=256),
     "int8 cache": attention_call(
         torch.float16, k_scale=empty(1024, 16, 4, dtype=torch.float32), v_scale=empty(1024, 16, 4, dtype=torch.float32)
+    ),
+    "int4 cache decode": attention_call(
+        torch.bfloat16, cache_dtype=torch.uint8, k_scale=empty(1024, 16, 4, 4, dtype=torch.float32),
+        v_scale=empty(1024, 16, 4, 4, dtype=torch.float32),
+    ),
+    "int4 cache prefill": attention_call(
+        torch.float16, num_tokens=4096, num_seqs=2, cache_dtype=torch.uint8,
+        k_scale=empty(1024, 16, 4, 4, dtype=torch.float32), v_scale=empty(1024, 16, 4, 4, dtype=torch.float32),
+    ),
+    "reshape_and_cache into int4": lambda: cache_ops.reshape_and_cache(
+        empty(64, 8, 128, dtype=torch.bfloat16),
+        empty(64, 8, 128, dtype=torch.bfloat16),
+        empty(100, 16, 8, 64, dtype=torch.uint8),
+        empty(100, 16, 8, 64, dtype=torch.uint8),
+        empty(64, dtype=torch.int32),
+        empty(100, 16, 8, 4, dtype=torch.float32),
+        empty(100, 16, 8, 4, dtype=torch.float32),
     ),
     "reshape_and_cache fp16": lambda: cache_ops.reshape_and_cache(
         empty(64, 8, 128),
@@ -135,6 +156,29 @@ CALLS = {
 }
 
 
+# fp8e4nv exists from sm_89 (Ada, Hopper) on: Triton refuses it for an A100, as vLLM's fp8 KV needs sm_89+ too.
+FP8_CALLS = {
+    "fp8 cache decode, per-head scale": attention_call(
+        torch.bfloat16, cache_dtype=torch.float8_e4m3fn, k_scale=empty(4, dtype=torch.float32),
+        v_scale=empty(4, dtype=torch.float32),
+    ),
+    "fp8 cache prefill, per-tensor scale": attention_call(
+        torch.float16, num_tokens=4096, num_seqs=2, cache_dtype=torch.float8_e4m3fn,
+        k_scale=empty(1, dtype=torch.float32), v_scale=empty(1, dtype=torch.float32),
+    ),
+    "reshape_and_cache into fp8": lambda: cache_ops.reshape_and_cache(
+        empty(64, 8, 128, dtype=torch.bfloat16),
+        empty(64, 8, 128, dtype=torch.bfloat16),
+        empty(100, 16, 8, 128, dtype=torch.float8_e4m3fn),
+        empty(100, 16, 8, 128, dtype=torch.float8_e4m3fn),
+        empty(64, dtype=torch.int32),
+        empty(8, dtype=torch.float32),
+        empty(8, dtype=torch.float32),
+    ),
+}
+CALLS_BY_ARCH = [(call, arch) for arch in ARCHS for call in CALLS] + [(call, 90) for call in FP8_CALLS]
+
+
 def spilled_bytes(ptx: str) -> int:
     target = re.search(r"\.target\s+(\w+)", ptx).group(1)  # e.g. sm_90a
     with tempfile.NamedTemporaryFile("w", suffix=".ptx") as source:
@@ -146,10 +190,9 @@ def spilled_bytes(ptx: str) -> int:
     return sum(int(n) for n in re.findall(r"(\d+) bytes spill stores", report))
 
 
-@pytest.mark.parametrize("arch", list(ARCHS))
-@pytest.mark.parametrize("call", list(CALLS))
+@pytest.mark.parametrize(("call", "arch"), CALLS_BY_ARCH)
 def test_compiles(monkeypatch, call, arch):
-    launches = record_launches(monkeypatch, CALLS[call])
+    launches = record_launches(monkeypatch, {**CALLS, **FP8_CALLS}[call])
     assert launches
     for fn, args, kwargs in launches:
         compiled = compile_launch(fn, args, kwargs, arch)

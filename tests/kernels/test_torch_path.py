@@ -3,12 +3,13 @@
 from unittest import mock
 
 import pytest
+import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
 import kernels
 from kernels import torch_path
-from tests.kernels.layouts import DEVICES, DTYPES, paged_batches
+from tests.kernels.layouts import DEVICES, DTYPES, QUANTIZED_FORMATS, paged_batches
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -19,10 +20,11 @@ def test_matches_oracle(device, dtype, data):
     batch.assert_matches_oracle(kernels.paged_attention(*batch.args(), backend="torch"))
 
 
+@pytest.mark.parametrize("kv_format", QUANTIZED_FORMATS)
 @pytest.mark.parametrize("device", DEVICES)
 @given(data=st.data())
-def test_quantized_cache_matches_oracle(device, data):
-    batch = data.draw(paged_batches(device, quantized=True))
+def test_quantized_cache_matches_oracle(device, kv_format, data):
+    batch = data.draw(paged_batches(device, kv_format=kv_format))
     batch.assert_matches_oracle(kernels.paged_attention(*batch.args(), **batch.scales(), backend="torch"))
 
 
@@ -31,8 +33,9 @@ def test_quantized_cache_matches_oracle(device, data):
 def test_decodes_in_several_groups_match_oracle(device, data):
     """The drawn batches are short, so the default bounds keep their decodes in one group: tighter bounds
     split them into several groups, ragged or not, in any order against the batch's."""
-    quantized = data.draw(st.booleans())
-    batch = data.draw(paged_batches(device, quantized=quantized, max_seqs=8))
+    kv_format = data.draw(st.sampled_from((None, "float16", *QUANTIZED_FORMATS)))
+    dtype = torch.float32 if kv_format == "float16" else None
+    batch = data.draw(paged_batches(device, dtype, kv_format=kv_format, max_seqs=8))
     bounds = {"PAD_SLACK": data.draw(st.integers(0, 20)), "PAD_FRACTION": data.draw(st.sampled_from([0.0, 0.25])),
               "GROUP_BYTES": data.draw(st.sampled_from([1, 1 << 12, 1 << 20]))}
     with mock.patch.multiple(torch_path, **bounds):

@@ -1,0 +1,68 @@
+"""LZ4-compressed swap: lossless for every cache format, and invisible in the engine's output."""
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from paged.engine import LLM, SamplingParams
+from paged.engine.engine_config import EngineConfig
+from paged.engine.swap_compression import CODECS, CompressedHostPool, compress, decompress
+
+from .conftest import TINY
+from .recorder import assert_all_blocks_free, record_steps
+from .test_greedy_vs_hf import _workload
+
+pytestmark = pytest.mark.filterwarnings("ignore:max_model_len=512 exceeds the KV cache")
+DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.int8, torch.uint8, torch.float8_e4m3fn)
+
+
+@given(codec=st.sampled_from(CODECS), dtypes=st.lists(st.sampled_from(DTYPES), min_size=1, max_size=3),
+       seed=st.integers(0, 2**16), repetitive=st.booleans())
+def test_round_trip_is_bit_exact(codec, dtypes, seed, repetitive):
+    """Random bytes reinterpreted as each dtype (NaN payloads and all), or runs of one value (which must shrink)."""
+    generator = torch.Generator().manual_seed(seed)
+    tensors = []
+    for dtype in dtypes:
+        raw = torch.randint(0, 256, (2, 3, 8 * 4), dtype=torch.uint8, generator=generator)
+        if repetitive:
+            raw[:] = raw[0, 0, 0]
+        tensors.append(raw.view(dtype))
+    frame = compress(tensors, codec)
+    restored = decompress(frame, tensors, codec)
+    for got, want in zip(restored, tensors, strict=True):
+        assert got.dtype == want.dtype and got.shape == want.shape
+        assert torch.equal(got.view(torch.uint8), want.view(torch.uint8))
+    if repetitive:
+        assert len(frame) < sum(t.numel() * t.element_size() for t in tensors)
+
+
+def test_pool_holds_only_what_is_swapped_out():
+    pool = CompressedHostPool("lz4")
+    block = [torch.zeros(4, 16), torch.ones(4, dtype=torch.int8)]
+    pool.put(3, block)
+    assert pool.stored_bytes > 0 and pool.raw_bytes_out == 4 * 16 * 4 + 4
+    assert torch.equal(pool.take(3, block)[0], block[0])
+    assert pool.stored_bytes == 0 and not pool.frames
+
+
+def test_unknown_codec_is_refused():
+    with pytest.raises(ValueError, match="swap_compression='zstd'"):
+        EngineConfig(model="smollm2-135m", swap_compression="zstd")
+    with pytest.raises(ValueError, match="codec 'zstd'"):
+        CompressedHostPool("zstd")
+
+
+@pytest.mark.parametrize("codec", CODECS)
+@pytest.mark.parametrize("kv_cache_dtype", ["auto", "int4"])
+def test_compressed_swap_keeps_greedy_output(tiny_llama, codec, kv_cache_dtype):
+    prompts = _workload()
+    greedy = SamplingParams(temperature=0.0, max_tokens=16)
+    plain = LLM(str(tiny_llama[0]), **TINY, kv_cache_dtype=kv_cache_dtype).generate(prompts, greedy)
+    llm = LLM(str(tiny_llama[0]), **{**TINY, "num_gpu_blocks": 10, "preemption_mode": "swap", "num_cpu_blocks": 64},
+              kv_cache_dtype=kv_cache_dtype, swap_compression=codec)
+    log = record_steps(llm)
+    assert [o.token_ids for o in llm.generate(prompts, greedy)] == [o.token_ids for o in plain]
+    pool = llm.llm_engine.cache.host_pool
+    assert log.swapped_out > 0 and log.swapped_in > 0 and llm.llm_engine.cache.host_cache is None
+    assert pool.raw_bytes_out > 0 and pool.stored_bytes == 0
+    assert_all_blocks_free(llm)
