@@ -6,12 +6,15 @@ compressed or stretched; a length-only trace gets Poisson arrivals). A run meets
 every request finished (none rejected) and the p99 TTFT and p99 TPOT of the finished requests
 are within their targets. The highest such rate is found by bracketing, then bisection:
 
-1. a cheap bound: the throughput with every request queued at t=0 (the deployment's capacity;
-   one run). No rate far above it can meet a latency SLO, so it starts the bracket's top, and
+1. a cheap bound: the throughput with the first 1,000 requests queued at t=0 (the deployment's
+   capacity; one short run). No rate far above it can meet a latency SLO, so it starts the bracket's top, and
    half of it the bottom;
 2. each end is checked by a run and moved out (x2 up, /2 down) until the top fails and the
    bottom passes;
 3. bisection at the geometric mean until top / bottom <= 1 + rtol (2% by default).
+
+A failing run stops as soon as its p99s are sure to miss (`sim.slo.SLOWatch`, exact), so runs
+far past the knee cost little.
 
 The answer is the bottom: a rate measured to meet the SLOs, within rtol of one measured to
 miss them (exact if meeting the SLOs is monotone in the rate, which queueing makes it in all
@@ -29,21 +32,11 @@ from paged.workloads.workload import Workload
 from .parallel import ordered_map
 from .prices import gpu_hour_usd
 from .sim_config import SimConfig
+from .slo import SLO
 
 SATURATION_SCALE = 1e-12  # every request arrives at (about) t=0
+CAPACITY_SAMPLE = 1000  # requests of the capacity run
 DEPLOYMENT_KEYS = ("model", "hardware", "tp", "replicas", "router", "max_num_seqs")
-
-
-@dataclass(frozen=True, slots=True)
-class SLO:
-    ttft_p99_s: float
-    tpot_p99_s: float
-
-    def met_by(self, summary: dict) -> bool:
-        """Every request finished, and p99 TTFT and TPOT within target (no TPOT: one-token outputs)."""
-        tpot = summary["tpot_s"]["p99"]
-        return (summary["num_finished"] == summary["num_requests"] and summary["ttft_s"]["p99"] <= self.ttft_p99_s
-                and (math.isnan(tpot) or tpot <= self.tpot_p99_s))
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,10 +48,12 @@ class SearchTask:
 
 
 def capacity(workload: Workload, config: SimConfig) -> float:
-    """Requests per second served with every request queued at t=0."""
+    """Requests per second served with the first CAPACITY_SAMPLE requests queued at t=0 (a
+    bracket's start only: the answer stands on the runs, not on this)."""
     from .runner import simulate
 
-    return simulate(workload.scale_time(SATURATION_SCALE), config).summary()["throughput_req_s"]
+    sample = workload.head(min(len(workload), CAPACITY_SAMPLE)).scale_time(SATURATION_SCALE)
+    return float(simulate(sample, config).summary()["throughput_req_s"])
 
 
 def max_rate(workload: Workload, task: SearchTask) -> dict:
@@ -70,7 +65,7 @@ def max_rate(workload: Workload, task: SearchTask) -> dict:
 
     def probe(qps: float) -> bool:
         if qps not in runs:
-            runs[qps] = simulate(workload.at_rate(qps), task.config).summary()
+            runs[qps] = simulate(workload.at_rate(qps), task.config, stop_on_miss=task.slo).summary()
         return task.slo.met_by(runs[qps])
 
     def row(qps: float, hi: float) -> dict:
