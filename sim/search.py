@@ -7,10 +7,10 @@ every request finished (none rejected) and the p99 TTFT and p99 TPOT of the fini
 are within their targets. The highest such rate is found by bracketing, then bisection:
 
 1. a cheap bound: the throughput with the first 1,000 requests queued at t=0 (the deployment's
-   capacity; one short run). No rate far above it can meet a latency SLO, so it starts the bracket's top, and
-   half of it the bottom;
-2. each end is checked by a run and moved out (x2 up, /2 down) until the top fails and the
-   bottom passes;
+   capacity; one short run). A latency SLO is met somewhat below it: the first rate tried is
+   85% of it;
+2. a bracket out from there: up (or down) by 1.2, then 1.2**2, 1.2**4, ... until one end meets
+   the SLOs and the other misses them;
 3. bisection at the geometric mean until top / bottom <= 1 + rtol (2% by default).
 
 A failing run stops as soon as its p99s are sure to miss (`sim.slo.SLOWatch`, exact), so runs
@@ -19,13 +19,16 @@ far past the knee cost little.
 The answer is the bottom: a rate measured to meet the SLOs, within rtol of one measured to
 miss them (exact if meeting the SLOs is monotone in the rate, which queueing makes it in all
 but pathological traces). A deployment whose model does not fit its GPUs is reported as
-infeasible; one that misses the SLOs even at 1/1024 of its capacity gets a max rate of 0, and
-one that meets them even at 2**10 times its capacity gets that rate and an open bracket (inf).
+infeasible; one that misses the SLOs even at 1e-5 of its capacity gets a max rate of 0, and one
+that meets them even at 1e5 times its capacity gets that rate and an open bracket (inf).
+
+Runs are shared where they are the same simulation: with one replica the router never acts, so
+deployments that differ only by their router are searched once.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from paged.workloads.workload import Workload
 
@@ -36,6 +39,8 @@ from .slo import SLO
 
 SATURATION_SCALE = 1e-12  # every request arrives at (about) t=0
 CAPACITY_SAMPLE = 1000  # requests of the capacity run
+GUESS = 0.85  # the first rate tried, as a share of the capacity
+BRACKET_STEP = 1.2  # the bracket's first step out from the guess (then squared at each step)
 DEPLOYMENT_KEYS = ("model", "hardware", "tp", "replicas", "router", "max_num_seqs")
 
 
@@ -44,7 +49,7 @@ class SearchTask:
     config: SimConfig
     slo: SLO
     rtol: float = 0.02
-    max_steps: int = 10  # each end moves at most 2**10 times away from its start
+    max_steps: int = 6  # steps out from the guess: at most 1.2**63 (10**5) times away
 
 
 def capacity(workload: Workload, config: SimConfig) -> float:
@@ -74,19 +79,24 @@ def max_rate(workload: Workload, task: SearchTask) -> dict:
                 "ttft_s_p99": best["ttft_s"]["p99"], "tpot_s_p99": best["tpot_s"]["p99"]}
 
     cap = capacity(workload, task.config)
-    hi, lo = cap, cap / 2
-    for _ in range(task.max_steps):
-        if not probe(hi):
-            break
-        lo, hi = hi, 2 * hi
-    else:  # met even far above capacity: the SLOs are looser than the trace's queueing
-        return row(lo, math.inf)
-    for _ in range(task.max_steps):
-        if probe(lo):
-            break
-        hi, lo = lo, lo / 2
+    lo = hi = GUESS * cap
+    step = BRACKET_STEP
+    if probe(lo):
+        for _ in range(task.max_steps):
+            hi = lo * step
+            if not probe(hi):
+                break
+            lo, step = hi, step * step
+        else:  # met even far above capacity: the SLOs are looser than the trace's queueing
+            return row(lo, math.inf)
     else:
-        return row(0.0, lo)
+        for _ in range(task.max_steps):
+            lo = hi / step
+            if probe(lo):
+                break
+            hi, step = lo, step * step
+        else:
+            return row(0.0, lo)
     while hi > lo * (1 + task.rtol):
         mid = math.sqrt(lo * hi)
         if probe(mid):
@@ -106,8 +116,13 @@ def search_one(workload: Workload, task: SearchTask) -> dict:
     try:
         build_cache_config(c)  # the memory plan: raises when the model does not fit
     except ValueError as e:
-        return {**row, "feasible": False, "max_qps": math.nan, "reason": str(e)}
+        return {**row, "feasible": False, "max_qps": math.nan, "num_runs": 0, "reason": str(e)}
     return {**row, "feasible": True, **max_rate(workload, task), "reason": ""}
+
+
+def _run_key(config: SimConfig) -> str:
+    """Equal for configs whose runs are identical: one replica ignores its router."""
+    return repr(replace(config, router="round_robin") if config.replicas == 1 else config)
 
 
 def search(workload: Workload, configs: list[SimConfig], slo: SLO, *, rtol: float = 0.02,
@@ -117,9 +132,19 @@ def search(workload: Workload, configs: list[SimConfig], slo: SLO, *, rtol: floa
     QPS per GPU and per dollar-hour (`prices`: USD per GPU-hour by hardware, over `sim.prices`)."""
     import pandas as pd
 
-    tasks = [SearchTask(c, slo, rtol) for c in configs]
-    rows = ordered_map(search_one, workload, tasks, backend=backend, workers=workers, address=address,
-                       progress="deployments" if progress else None)
+    keys = [_run_key(c) for c in configs]
+    first: dict[str, int] = {}  # key -> the first config with it: the one searched
+    for i, k in enumerate(keys):
+        first.setdefault(k, i)
+    tasks = [SearchTask(configs[i], slo, rtol) for i in first.values()]
+    found = dict(zip(first, ordered_map(search_one, workload, tasks, backend=backend, workers=workers,
+                                        address=address, progress="deployments" if progress else None), strict=True))
+    rows = []
+    for i, (c, k) in enumerate(zip(configs, keys, strict=True)):
+        row = {**found[k], "router": c.router}
+        if first[k] != i:
+            row["num_runs"] = 0  # its runs are those of the config searched
+        rows.append(row)
     df = pd.DataFrame(rows)
     df["qps_per_gpu"] = df.max_qps / df.gpus
     df["usd_per_hour"] = [gpu_hour_usd(h, prices) * g for h, g in zip(df.hardware, df.gpus, strict=True)]
