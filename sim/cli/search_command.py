@@ -66,9 +66,9 @@ def cmd_search(args: argparse.Namespace) -> int:
                 workers=args.workers, address=args.ray_address, progress=args.progress_bar)
     wall = time.perf_counter() - start
     print(format_table(df))
-    print(f"{len(configs)} deployments, {int(df.num_runs.sum())} runs of {len(workload):,} requests of "
-          f"{workload.name} in {wall:.1f} s (p99 TTFT <= {slo.ttft_p99_s:g} s, p99 TPOT <= {slo.tpot_p99_s:g} s, "
-          f"rtol {args.rtol:g})")
+    print(f"{len(configs)} deployments, {int(df.num_runs.sum())} simulations (capacity runs included) on "
+          f"{len(workload):,} requests of {workload.name} in {wall:.1f} s (p99 TTFT <= {slo.ttft_p99_s:g} s, "
+          f"p99 TPOT <= {slo.tpot_p99_s:g} s, rtol {args.rtol:g})")
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         doc = {"workload": {"trace": str(args.trace), "name": workload.name, "num_requests": len(workload)},
