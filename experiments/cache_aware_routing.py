@@ -7,11 +7,12 @@ prefix lives could catch about that much. `prefix_aware` guesses where prefixes 
 own routing record; `kv_aware` reads the replicas' KV events (blocks stored and evicted), so it
 knows what each replica still holds, and weighs that against load.
 
-Setup: Llama-3.1-8B on 4 H100 replicas, block size 16, FCFS, each replica's KV cache cut to
-CACHE_BLOCKS (a replica's share of a busy GPU) so that the traces' working sets overflow one
-replica's cache, which is where routing matters. Traces: the repository's Mooncake trace
-(arrivals stretched), and two synthetic conversation traces (`paged.workloads.conversations`):
-chat (short turns, long think times) and agentic (a long system prompt, many quick turns).
+Setup: Llama-3.1-8B on 4 H100 replicas, block size 16, FCFS, each replica's KV cache cut (16,384
+blocks for Mooncake, 2,048 for the conversations, against about 29,000 that an H100 leaves) so
+that each trace's working set overflows one replica's cache, which is where routing matters.
+Traces: the repository's Mooncake trace (arrivals stretched 2x), and two synthetic conversation
+traces (`paged.workloads.conversations`): chat (short turns, long think times) and agentic (a
+long system prompt, many quick turns).
 """
 from __future__ import annotations
 

@@ -64,3 +64,17 @@ def test_cli_writes_table_json_and_figure(tmp_path, capsys):
     assert doc["rows"][1]["usd_per_hour"] == 2.5 and doc["slo"] == {"ttft_p99_s": 1.0, "tpot_p99_s": 0.1}
     assert "qps_per_usd_hour" in capsys.readouterr().out
     assert (tmp_path / "p.png").stat().st_size > 10_000
+
+
+def test_pareto_front_and_prices():
+    """The front keeps the points nothing beats on both cost and throughput; prices name
+    hardware by any alias and refuse what is not a positive price."""
+    from sim.prices import gpu_hour_usd, parse_prices
+    from sim.search_report import pareto_front
+
+    assert pareto_front([1, 1, 2, 3, 4, math.nan], [5, 6, 6, 7, 2, 9]) == [1, 3]
+    assert parse_prices("a100=1.5, h100=2") == {"a100-80gb": 1.5, "h100": 2.0}
+    assert gpu_hour_usd("h100", {"h100": 2.0}) == 2.0 and math.isnan(gpu_hour_usd("h200"))
+    for bad in ("h100", "h100=-1", "h100=x"):
+        with pytest.raises(ValueError, match="HARDWARE=PRICE"):
+            parse_prices(bad)
