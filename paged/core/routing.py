@@ -166,11 +166,19 @@ class KVAware:
         return self.views[index]
 
     def route(self, prefix_ids, replicas) -> int:
+        """Hashes the prompt's blocks a chunk at a time (64, then 4x more), going on only while the
+        chunk's last block is cached somewhere: past a block no replica holds, no replica's cached
+        run can reach, so the rest would not change any score."""
         if not prefix_ids:
             return least_outstanding(replicas)
-        num_blocks = len(prefix_ids) * self.hash_id_block_size // self.block_size
-        return self.route_hashes(id_block_hashes(prefix_ids, self.hash_id_block_size, self.block_size, num_blocks),
-                                 replicas)
+        total = len(prefix_ids) * self.hash_id_block_size // self.block_size
+        hashes: list[bytes] = []
+        n = min(total, 64)
+        while True:
+            hashes += id_block_hashes(prefix_ids, self.hash_id_block_size, self.block_size, n, len(hashes))
+            if n == total or not any(hashes[-1] in v.hashes for v in self.views):
+                return self.route_hashes(hashes, replicas)
+            n = min(total, 4 * n)
 
     def route_hashes(self, block_hashes, replicas) -> int:
         """The replica for a request whose prompt's full blocks have these hashes, in order."""
