@@ -45,7 +45,7 @@ def add_search_parser(sub) -> None:
 def cmd_search(args: argparse.Namespace) -> int:
     import time
 
-    from paged.workloads.traces import read_trace
+    from paged.workloads.traces import detect_format
     from paged.workloads.workload import load_workload
 
     from ..models import get_model
@@ -55,7 +55,8 @@ def cmd_search(args: argparse.Namespace) -> int:
     from ..sim_config import SimConfig
     from ..sweep import grid
 
-    timed = read_trace(args.trace, args.format).arrival_s is not None
+    timed = (detect_format(args.trace) if args.format == "auto" else args.format) != "lengths"
+    # a length-only trace gets Poisson arrivals at 1 req/s, which the search then rescales
     workload = load_workload(args.trace, args.format, num_requests=args.num_requests, rate=None if timed else 1.0,
                              max_model_len=get_model(args.model).max_model_len)
     configs = grid(SimConfig(model=args.model), hardware=args.hardware, tp=args.tp, replicas=args.replicas,

@@ -78,3 +78,12 @@ def test_pareto_front_and_prices():
     for bad in ("h100", "h100=-1", "h100=x"):
         with pytest.raises(ValueError, match="HARDWARE=PRICE"):
             parse_prices(bad)
+
+
+def test_length_only_trace_gets_poisson_arrivals(traces, tmp_path):
+    """A trace without timestamps is searched at Poisson arrivals, rescaled like any other."""
+    out = tmp_path / "s.json"
+    assert main(["search", "--trace", str(traces / "sharegpt_8k_filtered_stats_llama2_tokenizer.csv"),
+                 "--num-requests", "100", "--slo-ttft-p99", "1", "--slo-tpot-p99", "0.1", "--rtol", "0.1",
+                 "--workers", "1", "--no-progress", "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["rows"][0]["max_qps"] > 0
