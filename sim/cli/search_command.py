@@ -5,9 +5,11 @@ import argparse
 import json
 from pathlib import Path
 
+from paged.metrics_summary import jsonable
+from paged.workloads.options import add_workload_options
+
 from ..parallel import BACKENDS
 from ..sim_config import ROUTERS
-from .outputs import jsonable
 
 
 def _list(kind):
@@ -21,9 +23,7 @@ def _list(kind):
 
 def add_search_parser(sub) -> None:
     p = sub.add_parser("search", help="each deployment's max request rate within p99 TTFT/TPOT SLOs")
-    p.add_argument("--trace", required=True, help="trace file (length-only traces get Poisson arrivals)")
-    p.add_argument("--format", default="auto", choices=("auto", "azure", "vidur", "mooncake", "lengths"))
-    p.add_argument("--num-requests", type=int, default=None, help="the first N requests")
+    add_workload_options(p)  # the arrivals' scale is the search's: a length-only trace's --rate only seeds them
     p.add_argument("--model", default="llama-2-7b")
     p.add_argument("--hardware", type=_list(str), default=["a100-80gb"], help="comma-separated, e.g. a100-80gb,h100")
     p.add_argument("--tp", type=_list(int), default=[1])
@@ -45,8 +45,8 @@ def add_search_parser(sub) -> None:
 def cmd_search(args: argparse.Namespace) -> int:
     import time
 
+    from paged.workloads.options import workload_from_args
     from paged.workloads.traces import detect_format
-    from paged.workloads.workload import load_workload
 
     from ..models import get_model
     from ..prices import parse_prices
@@ -55,10 +55,10 @@ def cmd_search(args: argparse.Namespace) -> int:
     from ..sim_config import SimConfig
     from ..sweep import grid
 
-    timed = (detect_format(args.trace) if args.format == "auto" else args.format) != "lengths"
-    # a length-only trace gets Poisson arrivals at 1 req/s, which the search then rescales
-    workload = load_workload(args.trace, args.format, num_requests=args.num_requests, rate=None if timed else 1.0,
-                             max_model_len=get_model(args.model).max_model_len)
+    if args.trace is not None and args.rate is None and "lengths" == (
+            detect_format(args.trace) if args.format == "auto" else args.format):
+        args.rate = 1.0  # Poisson arrivals, which the search rescales
+    workload = workload_from_args(args, get_model(args.model).max_model_len, block_size=16)
     configs = grid(SimConfig(model=args.model), hardware=args.hardware, tp=args.tp, replicas=args.replicas,
                    router=args.router, max_num_seqs=args.max_num_seqs)
     slo = SLO(args.slo_ttft_p99, args.slo_tpot_p99)
@@ -72,7 +72,8 @@ def cmd_search(args: argparse.Namespace) -> int:
           f"p99 TPOT <= {slo.tpot_p99_s:g} s, rtol {args.rtol:g})")
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        doc = {"workload": {"trace": str(args.trace), "name": workload.name, "num_requests": len(workload)},
+        doc = {"workload": {"trace": str(args.trace), "shared_prefix": args.shared_prefix, "name": workload.name,
+                            "num_requests": len(workload)},
                "slo": {"ttft_p99_s": slo.ttft_p99_s, "tpot_p99_s": slo.tpot_p99_s}, "rtol": args.rtol,
                "wall_time_s": wall, "rows": [jsonable(r) for r in df.to_dict("records")]}
         Path(args.json).write_text(json.dumps(doc, indent=2) + "\n")
