@@ -17,6 +17,7 @@ long system prompt, many quick turns).
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 
 import pandas as pd
 from common import MOONCAKE, Verdict, outcome, parse_args, percent, report, write_csv, write_png
@@ -38,9 +39,7 @@ AGENTIC = ConversationShape(num_conversations=300, rate=0.4, mean_turns=15, thin
 def traces(quick: bool) -> dict:
     """name -> (workload, KV blocks per replica)"""
     def shrink(shape: ConversationShape) -> ConversationShape:
-        return ConversationShape(**{**{f: getattr(shape, f) for f in shape.__slots__},
-                                    "num_conversations": shape.num_conversations // 8 if quick else
-                                    shape.num_conversations})
+        return replace(shape, num_conversations=shape.num_conversations // 8) if quick else shape
 
     mooncake = load_workload(MOONCAKE, num_requests=400 if quick else None, time_scale=2.0,
                              max_model_len=get_model(CONFIG.model).max_model_len)
