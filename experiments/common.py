@@ -93,8 +93,7 @@ def at_load(workload: Workload, qps: float) -> Workload:
     """The trace's requests with arrivals rescaled to `qps` requests per second (its burstiness kept)."""
     if qps == SATURATION:
         return workload.scale_time(1e-12)
-    native = (len(workload) - 1) / workload.arrival_s[-1]
-    return workload.scale_time(native / qps)
+    return workload.at_rate(qps)
 
 
 def saturation_throughput(workload: Workload, config: SimConfig) -> float:

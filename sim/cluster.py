@@ -39,6 +39,10 @@ class Cluster:
         self._has_extra = any(c is not None for c in (workload.priority, workload.business_value, workload.deadline_s))
         self.replicas = [Replica(i, env, s, cost, log, TimeSeries(sample_interval_ticks), self.next_arrival, fast_path)
                          for i, s in enumerate(schedulers)]
+        subscribe = getattr(router, "replica_events", None)  # a router that reads the replicas' KV events
+        if subscribe is not None:
+            for r in self.replicas:
+                r.pool.events = subscribe(r.index)
         env.process(self._arrivals())
 
     def next_arrival(self) -> int | None:

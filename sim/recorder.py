@@ -18,7 +18,7 @@ class RequestLog:
     """One row per workload request, filled in when it leaves the system."""
 
     __slots__ = ("arrival_s", "first_scheduled_s", "first_token_s", "last_token_s", "finished_s", "max_itl_s",
-                 "num_generated", "num_preemptions", "prefix_hit_tokens", "status", "replica", "itl_s")
+                 "num_generated", "num_preemptions", "prefix_hit_tokens", "status", "replica", "itl_s", "watch")
 
     def __init__(self, n: int, record_itl: bool = False) -> None:
         # The arrival time as the scheduler saw it (on the tick grid), so that differences with
@@ -36,6 +36,7 @@ class RequestLog:
         self.replica = np.full(n, -1, dtype=np.int16)
         # every inter-token latency of every request, when asked for (a float array per request)
         self.itl_s: list[np.ndarray | None] | None = [None] * n if record_itl else None
+        self.watch = None  # a sim.slo.SLOWatch, told of each request recorded
 
     def record(self, req: Request, replica: int, last_token_s: float | None, max_itl_s: float = np.nan) -> None:
         i = int(req.request_id)
@@ -54,6 +55,8 @@ class RequestLog:
         self.prefix_hit_tokens[i] = max(req.num_cached_tokens, 0)
         self.status[i] = req.status
         self.replica[i] = replica
+        if self.watch is not None:
+            self.watch.left(req, self.last_token_s[i])
 
 
 class TimeSeries:

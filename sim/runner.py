@@ -28,6 +28,7 @@ from .models import get_model
 from .recorder import TIMESERIES_COLUMNS, RequestLog
 from .report import SimResult
 from .sim_config import SimConfig
+from .slo import SLO, SLOMissed, SLOWatch
 
 
 def build_cost_model(config: SimConfig) -> CostModel:
@@ -107,8 +108,11 @@ def sample_interval_s(workload: Workload) -> float:
     return max(0.01, next(m * base for m in (1, 2, 5, 10) if m * base >= raw))
 
 
-def simulate(workload: Workload, config: SimConfig | None = None, **overrides) -> SimResult:
-    """Replay `workload` on the deployment `config` describes (keyword overrides change fields)."""
+def simulate(workload: Workload, config: SimConfig | None = None, *, stop_on_miss: SLO | None = None,
+             **overrides) -> SimResult:
+    """Replay `workload` on the deployment `config` describes (keyword overrides change fields).
+    With `stop_on_miss`, the run ends as soon as it cannot meet those SLOs (`sim.slo`): its
+    summary then counts unfinished requests."""
     config = replace(config or SimConfig(), **overrides)
     start = time.perf_counter()
     cost = build_cost_model(config)
@@ -118,16 +122,21 @@ def simulate(workload: Workload, config: SimConfig | None = None, **overrides) -
                interval)
     schedulers = [make_scheduler(config, cache, sched) for _ in range(config.replicas)]
     capacity_ids = cache.num_gpu_slots // workload.hash_id_block_size or 1
-    router = make_router(config.router, config.replicas, capacity_ids)
+    router = make_router(config.router, config.replicas, capacity_ids, config.block_size, workload.hash_id_block_size)
     env = simpy.Environment()
     log = RequestLog(len(workload), config.record_itl)
+    if stop_on_miss is not None:
+        log.watch = SLOWatch(stop_on_miss, workload.num_output_tokens)
     progress = None
     if config.progress:
         from tqdm import tqdm
 
         progress = tqdm(total=len(workload), unit="req", desc="arrivals", mininterval=0.5)
     cluster = Cluster(env, workload, schedulers, cost, router, log, to_ticks(interval), config.fast_path, progress)
-    env.run()
+    try:
+        env.run()
+    except SLOMissed:
+        pass
     end = env.now
     replicas = cluster.replicas
     for r in replicas:

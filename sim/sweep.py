@@ -1,17 +1,17 @@
 """Grids of runs: one row of summary figures per configuration.
 
 Local processes (concurrent.futures) by default; Ray when asked for and installed (it is
-imported only then). Rows come back in the order of the configurations, whatever order the
+imported only then; `sim.parallel`). Rows come back in the order of the configurations, whatever order the
 runs finish in, so a sweep is as deterministic as a single run.
 """
 from __future__ import annotations
 
 import itertools
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 
 from paged.workloads.workload import Workload
 
+from .parallel import ordered_map
 from .sim_config import SimConfig
 
 
@@ -43,26 +43,12 @@ def run_one(workload: Workload, config: SimConfig) -> dict:
     return {**config.to_dict(), **flatten(simulate(workload, config).summary())}
 
 
-def sweep(workload: Workload, configs: list[SimConfig], *, backend: str = "processes", max_workers: int | None = None):
-    """Run every config on the workload; a pandas DataFrame with one row per config."""
+def sweep(workload: Workload, configs: list[SimConfig], *, backend: str = "processes", max_workers: int | None = None,
+          address: str | None = None, progress: bool = False):
+    """Run every config on the workload; a pandas DataFrame with one row per config.
+    `backend` "processes" or "ray" (`address`: a Ray cluster to join; see `sim.parallel`)."""
     import pandas as pd
 
-    if backend == "processes":
-        if max_workers == 1 or len(configs) == 1:
-            rows = [run_one(workload, c) for c in configs]
-        else:
-            with ProcessPoolExecutor(max_workers=max_workers) as pool:
-                rows = list(pool.map(run_one, [workload] * len(configs), configs))
-    elif backend == "ray":
-        try:
-            import ray
-        except ImportError:
-            raise RuntimeError("backend='ray' needs Ray: pip install 'paged[ray]' (or pip install ray)") from None
-        if not ray.is_initialized():
-            ray.init(num_cpus=max_workers)
-        remote = ray.remote(run_one)
-        ref = ray.put(workload)
-        rows = ray.get([remote.remote(ref, c) for c in configs])
-    else:
-        raise ValueError(f"backend={backend!r}: expected 'processes' or 'ray'")
+    rows = ordered_map(run_one, workload, configs, backend=backend, workers=max_workers, address=address,
+                       progress="sweep" if progress else None)
     return pd.DataFrame(rows)

@@ -174,3 +174,16 @@ def test_health(tmp_path):
         assert heavy.kv_usage > light.kv_usage and heavy.ttft_s_p99 >= light.ttft_s_p99
         assert heavy.output_tokens_per_s_per_gpu > light.output_tokens_per_s_per_gpu
     assert (table.healthy == (table.kv_ok & table.latency_ok & table.tokens_ok & table.failures_ok)).all()
+
+
+def test_cache_aware_routing(tmp_path):
+    """Every trace x router has a row; the ratio is the hit rate over the yardstick; reading the
+    replicas' caches never catches less reuse than blind round robin on any trace."""
+    table = run_quick("cache_aware_routing", tmp_path)
+    assert {"trace", "router", "hit_rate", "yardstick", "ratio", "ttft_s_p50", "ttft_s_p99"} <= set(table.columns)
+    assert len(table) == 3 * 4 and set(table.router) == {"round_robin", "least_outstanding", "prefix_aware",
+                                                           "kv_aware"}
+    assert np.allclose(table.ratio, table.hit_rate / table.yardstick)
+    by = table.pivot(index="trace", columns="router", values="hit_rate")
+    assert (by.kv_aware >= by.round_robin).all()
+    assert (table.num_finished == table.num_requests).all()

@@ -8,10 +8,25 @@ block out of the middle in O(1) and eviction pops the front. Neither allocates p
 
 Callers free a request's blocks tail first, so the end of a prefix is evicted before its
 start and the shared start survives longest.
+
+KV events (opt-in): a pool given an `events` sink tells it which hashes became cached and which
+were evicted, as vLLM's KV events (BlockStored / BlockRemoved / AllBlocksCleared) tell llm-d's
+router. Without a sink (the default) the pool pays one attribute test per call.
 """
 from __future__ import annotations
 
 from collections import OrderedDict
+from typing import Protocol
+
+
+class KVEvents(Protocol):
+    """Where a pool reports changes to the set of hashes it caches (`BlockPool.cached`)."""
+
+    def blocks_stored(self, block_hashes: list) -> None: ...
+
+    def blocks_removed(self, block_hashes: list) -> None: ...
+
+    def all_blocks_cleared(self) -> None: ...
 
 
 class Block:
@@ -40,6 +55,7 @@ class BlockPool:
         # Blocks taken off the free lists (handed out, or revived by a cache hit); every one taken
         # is either in use now or was given back, so the frees need no counter of their own.
         self.num_allocations = 0
+        self.events: KVEvents | None = None
 
     @property
     def num_frees(self) -> int:
@@ -102,15 +118,20 @@ class BlockPool:
         """The n least recently freed cached blocks, their hashes forgotten, handed out.
         One loop for all n: a long prompt on a warm cache evicts thousands at once."""
         lru, cached = self._lru, self.cached
+        removed = [] if self.events is not None else None
         out = []
         for _ in range(n):
             _, b = lru.popitem(last=False)
             del cached[b.block_hash]  # a block holds a hash only while the cache maps it to the block
+            if removed is not None:
+                removed.append(b.block_hash)
             b.block_hash = None
             b.ref_cnt = 1
             out.append(b)
         self.num_evictions += n
         self.num_allocations += n
+        if removed is not None:
+            self.events.blocks_removed(removed)
         return out
 
     def free(self, blocks) -> None:
@@ -140,10 +161,15 @@ class BlockPool:
         if not self.enable_caching:
             return
         cached = self.cached
+        stored = [] if self.events is not None else None
         for b, h in zip(blocks, block_hashes):
             if b.block_hash is None and h not in cached:
                 b.block_hash = h
                 cached[h] = b
+                if stored is not None:
+                    stored.append(h)
+        if stored:
+            self.events.blocks_stored(stored)
 
     def reset_prefix_cache(self) -> None:
         """Forget every hash; free cached blocks become plain free blocks."""
@@ -152,3 +178,5 @@ class BlockPool:
         self.cached.clear()
         self._plain.extend(self._lru.values())
         self._lru.clear()
+        if self.events is not None:
+            self.events.all_blocks_cleared()

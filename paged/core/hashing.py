@@ -63,9 +63,16 @@ def extend_block_hashes(request: Request, block_size: int, num_blocks: int) -> l
         covered = min(request.num_prompt_tokens, len(request.prefix_hash_ids) * id_size)
         num_blocks = min(num_blocks, covered // block_size)
         if have < num_blocks:
-            chain = hash_id_chain(request.prefix_hash_ids[:((num_blocks * block_size - 1) // id_size) + 1],
-                                  request.extra_keys)
-            # The chained id covering the block's last token names every token up to it.
-            hashes.extend([chain[((i + 1) * block_size - 1) // id_size] + i.to_bytes(4, "little")
-                           for i in range(have, num_blocks)])
+            hashes.extend(id_block_hashes(request.prefix_hash_ids, id_size, block_size, num_blocks, have,
+                                          request.extra_keys))
     return hashes
+
+
+def id_block_hashes(hash_ids, hash_id_block_size: int, block_size: int, num_blocks: int, start: int = 0,
+                    extra_keys: tuple = ()) -> list[bytes]:
+    """The hashes of cache blocks start..num_blocks-1 of a prompt named by trace hash ids (the
+    caller keeps num_blocks within what the ids cover). The chained id covering a block's last
+    token names every token up to it; the block's index tells the blocks under one id apart."""
+    chain = hash_id_chain(hash_ids[:((num_blocks * block_size - 1) // hash_id_block_size) + 1], extra_keys)
+    return [chain[((i + 1) * block_size - 1) // hash_id_block_size] + i.to_bytes(4, "little")
+            for i in range(start, num_blocks)]

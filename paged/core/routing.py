@@ -5,14 +5,17 @@ balancer (`paged.serve`): both hand a router the request's chained prefix ids an
 each replica (`ReplicaView`), and get back an index. A router sees what a real one would see at
 the moment of arrival: the requests outstanding at each replica, each replica's KV usage, and
 (prefix-aware) the prefixes it has itself sent where, as SGLang's cache-aware router keeps an
-approximate tree per worker rather than asking the workers. Ties go to the lowest replica
-index, so routing is deterministic.
+approximate tree per worker rather than asking the workers; kv-aware, what each replica
+reports it caches, from its KV events, as llm-d's precise prefix-cache scorer. Ties go to the
+lowest replica index, so routing is deterministic.
 """
 from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Protocol
+
+from .hashing import id_block_hashes
 
 
 class ReplicaView(Protocol):
@@ -118,15 +121,96 @@ class PrefixAware:
         return best
 
 
-ROUTER_CLASSES = {r.name: r for r in (RoundRobin, LeastOutstanding, LeastKVUsage, PrefixAware)}
+class ReplicaCacheView:
+    """One replica's cached block hashes as its KV events report them (a `block_pool.KVEvents`
+    sink): after every event it equals the set of hashes the replica's pool caches."""
+
+    __slots__ = ("hashes",)
+
+    def __init__(self) -> None:
+        self.hashes: set = set()
+
+    def blocks_stored(self, block_hashes) -> None:
+        self.hashes.update(block_hashes)
+
+    def blocks_removed(self, block_hashes) -> None:
+        self.hashes.difference_update(block_hashes)
+
+    def all_blocks_cleared(self) -> None:
+        self.hashes.clear()
+
+
+class KVAware:
+    """Route by what the replicas really cache, as llm-d's precise prefix-cache scorer does: each
+    replica publishes KV events (block hashes stored, removed, all cleared) to
+    `replica_events(i)`, so the router's view is the replica's cache, evictions included. A
+    request goes to the replica with the best score = its prompt's cached prefix in tokens
+    minus `load_tokens` per outstanding request (ties: fewer outstanding, then lower index).
+
+    Interface for a real load balancer: call `replica_events(i).blocks_stored(hashes)` (and
+    `blocks_removed`, `all_blocks_cleared`) as replica i's events arrive, with the hashes its
+    `BlockPool` registers (`paged.core.hashing`: chained BLAKE2b of the block's tokens, or of
+    trace hash ids), and `route_hashes` with a request's block hashes; `route` takes trace
+    prefix ids and hashes them as the replicas will."""
+
+    name = "kv_aware"
+
+    def __init__(self, num_replicas: int, block_size: int = 16, hash_id_block_size: int = 512,
+                 load_tokens: int = 1024) -> None:
+        self.views = [ReplicaCacheView() for _ in range(num_replicas)]
+        self.block_size = block_size
+        self.hash_id_block_size = hash_id_block_size
+        self.load_tokens = load_tokens
+
+    def replica_events(self, index: int) -> ReplicaCacheView:
+        return self.views[index]
+
+    def route(self, prefix_ids, replicas) -> int:
+        """Hashes the prompt's blocks a chunk at a time (64, then 4x more), going on only while the
+        chunk's last block is cached somewhere: past a block no replica holds, no replica's cached
+        run can reach, so the rest would not change any score."""
+        if not prefix_ids:
+            return least_outstanding(replicas)
+        total = len(prefix_ids) * self.hash_id_block_size // self.block_size
+        hashes: list[bytes] = []
+        n = min(total, 64)
+        while True:
+            hashes += id_block_hashes(prefix_ids, self.hash_id_block_size, self.block_size, n, len(hashes))
+            if n == total or not any(hashes[-1] in v.hashes for v in self.views):
+                return self.route_hashes(hashes, replicas)
+            n = min(total, 4 * n)
+
+    def route_hashes(self, block_hashes, replicas) -> int:
+        """The replica for a request whose prompt's full blocks have these hashes, in order."""
+        best, best_key = 0, None
+        for i, view in enumerate(self.views):
+            cached = view.hashes
+            m = 0
+            for h in block_hashes:
+                if h not in cached:
+                    break
+                m += 1
+            load = replicas[i].outstanding
+            key = (m * self.block_size - self.load_tokens * load, -load)
+            if best_key is None or key > best_key:
+                best, best_key = i, key
+        return best
+
+
+ROUTER_CLASSES = {r.name: r for r in (RoundRobin, LeastOutstanding, LeastKVUsage, PrefixAware, KVAware)}
 
 
 ROUTERS = tuple(ROUTER_CLASSES)
 
 
-def make_router(name: str, num_replicas: int, capacity_ids: int | None = None) -> Router:
+def make_router(name: str, num_replicas: int, capacity_ids: int | None = None, block_size: int = 16,
+                hash_id_block_size: int = 512) -> Router:
+    """`capacity_ids`: prefix_aware's record per replica; `block_size` and `hash_id_block_size`:
+    how kv_aware names a request's blocks (as the replicas' pools do)."""
     if name not in ROUTER_CLASSES:
         raise ValueError(f"unknown router {name!r}: known are {sorted(ROUTER_CLASSES)}")
     if name == "prefix_aware" and capacity_ids is not None:
         return PrefixAware(num_replicas, capacity_ids)
+    if name == "kv_aware":
+        return KVAware(num_replicas, block_size, hash_id_block_size)
     return ROUTER_CLASSES[name](num_replicas)

@@ -8,7 +8,7 @@ per request, so 1M requests sharing 8 system prompts store 8 sequences.
 
 Transforms return new workloads: `head(n)`, `window(start_s, end_s)`, `scale_time(s)`
 (multiplies inter-arrival times, as Vidur's time_scale_factor: 0.5 doubles the load),
-`cap_lengths(max_model_len)` (counted in `num_capped`).
+`at_rate(qps)` (the same, to a mean rate), `cap_lengths(max_model_len)` (counted in `num_capped`).
 """
 from __future__ import annotations
 
@@ -109,6 +109,16 @@ class Workload:
         # A deadline is an SLO from arrival: it moves with its request.
         deadline = None if self.deadline_s is None else self.deadline_s + (arrival - self.arrival_s)
         return replace(self, arrival_s=arrival, deadline_s=deadline)
+
+    def at_rate(self, qps: float) -> Workload:
+        """The same requests with inter-arrival times rescaled to a mean of `qps` requests per
+        second, the trace's burstiness kept (Poisson arrivals stay Poisson)."""
+        if not qps > 0:
+            raise ValueError(f"qps={qps}: expected requests per second > 0")
+        if len(self) < 2 or not self.arrival_s[-1] > self.arrival_s[0]:
+            raise ValueError(f"{self.name or 'the workload'}: a rate needs at least two distinct arrival times")
+        native = (len(self) - 1) / (self.arrival_s[-1] - self.arrival_s[0])
+        return self.scale_time(native / qps)
 
     def with_slo_deadlines(self, ttft_s: float = np.inf, tpot_s: float = np.inf) -> Workload:
         """Deadlines for `edf` from latency targets: a request should finish by

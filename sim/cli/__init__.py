@@ -1,4 +1,4 @@
-"""Command line: `python -m sim run|demo|bench|fit|calibrate|breakdown|list`.
+"""Command line: `python -m sim run|demo|bench|fit|calibrate|breakdown|list|search`.
 
     python -m sim run --trace traces/azure_llm_2023_conv.csv --model llama-2-7b --hardware a100-80gb --json out.json
     python -m sim run --config experiment.yaml --replicas 4      # the command line overrides the file
@@ -19,10 +19,11 @@ import sys
 from .. import breakdown, calibrate_cmd
 from .commands import cmd_demo, cmd_fit, cmd_list, cmd_run
 from .options import build_parser
+from .search_command import cmd_search
 from .yaml_config import load_yaml
 
 COMMANDS = {"run": cmd_run, "demo": cmd_demo, "fit": cmd_fit, "list": cmd_list, "calibrate": calibrate_cmd.run,
-            "breakdown": breakdown.run}
+            "breakdown": breakdown.run, "search": cmd_search}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,6 +13,7 @@ from paged.workloads.traces import REPO
 
 from .. import breakdown, calibrate_cmd
 from ..sim_config import ROUTERS, SimConfig
+from .search_command import add_search_parser
 
 OUTPUT_KEYS = ("json", "requests_csv", "timeseries_csv", "plot", "slo_ttft_s", "slo_tpot_s", "progress_bar")
 
@@ -139,6 +140,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     fit.add_argument("profile", help="a paged-step-profile/1 JSON file (python -m paged.engine profile)")
     calibrate_cmd.add_parser(sub)
     breakdown.add_parser(sub)
+    add_search_parser(sub)
     sub.add_parser("list", help="known models, hardware, routers, policies, trace formats")
     sub.add_parser("bench", help="simulated requests per wall second and peak memory (see sim.bench)",
                    add_help=False)

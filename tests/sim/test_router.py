@@ -1,6 +1,7 @@
 """Routers' decisions on hand-made replica states."""
 from types import SimpleNamespace
 
+from paged.core.hashing import id_block_hashes
 from paged.core.routing import make_router
 
 
@@ -33,3 +34,36 @@ def test_prefix_aware_follows_prefixes_but_not_into_overload():
     assert r.route(req([7, 8, 1]), replicas([0, 3])) == 1
     assert r.route(req([1, 2]), replicas([40, 0])) == 1  # 40 more outstanding than the lightest: balance
     assert r.route(req(), replicas([3, 2])) == 1
+
+
+def test_kv_aware_follows_what_replicas_report_not_what_it_sent():
+    """A prefix goes where the replica's events say it is cached, unless the load there costs
+    more than the cached tokens save (1,024 tokens per outstanding request); once the replica
+    reports the blocks evicted, the router stops believing they are there."""
+    r = make_router("kv_aware", 2, block_size=16, hash_id_block_size=512)
+    blocks = id_block_hashes([5, 6, 7], 512, 16, 96)  # 1,536 tokens
+    assert r.route(req([5, 6, 7]), replicas([1, 0])) == 1  # nothing cached anywhere: least outstanding
+    r.replica_events(0).blocks_stored(blocks)
+    assert r.route(req([5, 6, 7]), replicas([1, 0])) == 0  # 1,536 cached tokens beat one more request
+    assert r.route(req([5, 6, 7]), replicas([2, 0])) == 1  # but not two
+    assert r.route(req([9, 6, 7]), replicas([1, 0])) == 1  # a different start shares nothing
+    assert r.route(req([5, 6, 9]), replicas([0, 1])) == 0  # a shared start counts: 1,024 tokens
+    assert r.route(req([5, 6, 9]), replicas([1, 0])) == 1  # which tie with one request: the lighter one
+    r.replica_events(0).blocks_removed(blocks[32:])
+    assert r.route(req([5, 6, 7]), replicas([1, 0])) == 1  # 512 tokens left: not worth a request
+    r.replica_events(0).all_blocks_cleared()
+    assert r.route(req([5, 6, 7]), replicas([0, 0])) == 0 and r.views[0].hashes == set()
+
+
+def test_cluster_wires_pool_events_to_kv_aware_only(azure_conv):
+    """In a run, each replica's pool reports to kv_aware, whose view ends equal to the pool's
+    cache; other routers leave the pools without a sink."""
+    from paged.workloads.conversations import ConversationShape, conversation_workload
+    from sim import simulate
+
+    w = conversation_workload(ConversationShape(num_conversations=30, rate=2.0, think_time_s=2.0))
+    kv = simulate(w, replicas=2, router="kv_aware", num_gpu_blocks=400)
+    for s in kv.schedulers:
+        assert s.kv.pool.events.hashes == set(s.kv.pool.cached) and s.kv.pool.cached
+    rr = simulate(w, replicas=2, router="round_robin", num_gpu_blocks=400)
+    assert all(s.kv.pool.events is None for s in rr.schedulers)

@@ -1,0 +1,82 @@
+"""`python -m sim search`: the config search's command line (the search itself is `sim.search`)."""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from paged.metrics_summary import jsonable
+from paged.workloads.options import add_workload_options
+
+from ..parallel import BACKENDS
+from ..sim_config import ROUTERS
+
+
+def _list(kind):
+    def parse(text: str) -> list:
+        try:
+            return [kind(x.strip()) for x in str(text).split(",") if x.strip()]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r}: expected a comma-separated list") from None
+    return parse
+
+
+def add_search_parser(sub) -> None:
+    p = sub.add_parser("search", help="each deployment's max request rate within p99 TTFT/TPOT SLOs")
+    add_workload_options(p)  # the arrivals' scale is the search's: a length-only trace's --rate only seeds them
+    p.add_argument("--model", default="llama-2-7b")
+    p.add_argument("--hardware", type=_list(str), default=["a100-80gb"], help="comma-separated, e.g. a100-80gb,h100")
+    p.add_argument("--tp", type=_list(int), default=[1])
+    p.add_argument("--replicas", type=_list(int), default=[1])
+    p.add_argument("--router", type=_list(str), default=["round_robin"], help=f"comma-separated of {list(ROUTERS)}")
+    p.add_argument("--max-num-seqs", type=_list(int), default=[256])
+    p.add_argument("--slo-ttft-p99", type=float, required=True, help="seconds")
+    p.add_argument("--slo-tpot-p99", type=float, required=True, help="seconds")
+    p.add_argument("--rtol", type=float, default=0.02, help="bisection stops when top / bottom <= 1 + rtol")
+    p.add_argument("--gpu-hour-usd", default="", help="hw=price,... over the defaults of sim.prices")
+    p.add_argument("--backend", default="processes", choices=BACKENDS)
+    p.add_argument("--ray-address", default=None, help="a Ray cluster to join (default: a local one)")
+    p.add_argument("--workers", type=int, default=None)
+    p.add_argument("--json", default=None)
+    p.add_argument("--plot", default=None, help="the Pareto figure (PNG)")
+    p.add_argument("--no-progress", dest="progress_bar", action="store_false")
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    import time
+
+    from paged.workloads.options import workload_from_args
+    from paged.workloads.traces import detect_format
+
+    from ..models import get_model
+    from ..prices import parse_prices
+    from ..search import SLO, search
+    from ..search_report import format_table, pareto_figure
+    from ..sim_config import SimConfig
+    from ..sweep import grid
+
+    if args.trace is not None and args.rate is None and "lengths" == (
+            detect_format(args.trace) if args.format == "auto" else args.format):
+        args.rate = 1.0  # Poisson arrivals, which the search rescales
+    workload = workload_from_args(args, get_model(args.model).max_model_len, block_size=16)
+    configs = grid(SimConfig(model=args.model), hardware=args.hardware, tp=args.tp, replicas=args.replicas,
+                   router=args.router, max_num_seqs=args.max_num_seqs)
+    slo = SLO(args.slo_ttft_p99, args.slo_tpot_p99)
+    start = time.perf_counter()
+    df = search(workload, configs, slo, rtol=args.rtol, prices=parse_prices(args.gpu_hour_usd), backend=args.backend,
+                workers=args.workers, address=args.ray_address, progress=args.progress_bar)
+    wall = time.perf_counter() - start
+    print(format_table(df))
+    print(f"{len(configs)} deployments, {int(df.num_runs.sum())} simulations (capacity runs included) on "
+          f"{len(workload):,} requests of {workload.name} in {wall:.1f} s (p99 TTFT <= {slo.ttft_p99_s:g} s, "
+          f"p99 TPOT <= {slo.tpot_p99_s:g} s, rtol {args.rtol:g})")
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        doc = {"workload": {"trace": str(args.trace), "shared_prefix": args.shared_prefix, "name": workload.name,
+                            "num_requests": len(workload)},
+               "slo": {"ttft_p99_s": slo.ttft_p99_s, "tpot_p99_s": slo.tpot_p99_s}, "rtol": args.rtol,
+               "wall_time_s": wall, "rows": [jsonable(r) for r in df.to_dict("records")]}
+        Path(args.json).write_text(json.dumps(doc, indent=2) + "\n")
+    if args.plot:
+        pareto_figure(df, args.plot)
+    return 0

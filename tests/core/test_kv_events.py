@@ -1,0 +1,70 @@
+"""kv_aware's view of each replica is that replica's pool, event by event: whatever the pools
+do (allocate, cache, hit, free, evict, reset), after every step the set of hashes the router
+holds for replica i equals the hashes replica i's pool caches, and routing picks the best score
+computed from the pools themselves."""
+from types import SimpleNamespace
+
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from paged.core.block_pool import BlockPool
+from paged.core.routing import KVAware
+
+NUM_BLOCKS = 4
+HASHES = st.lists(st.integers(0, 11), min_size=1, max_size=4)
+
+
+class KVEventsMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.router = KVAware(2, block_size=1, load_tokens=2)
+        self.pools = [BlockPool(NUM_BLOCKS) for _ in range(2)]
+        for i, pool in enumerate(self.pools):
+            pool.events = self.router.replica_events(i)
+        self.held = [[], []]  # blocks each pool has handed out and not freed
+
+    @rule(r=st.integers(0, 1), hashes=HASHES)
+    def fill(self, r, hashes):
+        """A prompt's blocks: allocated (evicting cached ones when no plain block is left), then cached."""
+        pool = self.pools[r]
+        if len(hashes) <= pool.num_free_blocks:
+            blocks = pool.allocate_n(len(hashes))
+            self.held[r].extend(blocks)
+            pool.cache(blocks, hashes)
+
+    @rule(r=st.integers(0, 1), hashes=HASHES)
+    def hit(self, r, hashes):
+        pool = self.pools[r]
+        hits = [b for b in (pool.get_cached(h) for h in hashes) if b is not None]
+        pool.touch(hits)
+        self.held[r].extend(hits)
+
+    @precondition(lambda self: self.held[0] or self.held[1])
+    @rule(r=st.integers(0, 1), k=st.integers(1, 4))
+    def free(self, r, k):
+        blocks, self.held[r] = self.held[r][-k:], self.held[r][:-k]
+        self.pools[r].free(reversed(blocks))
+
+    @rule(r=st.integers(0, 1))
+    def reset(self, r):
+        if not self.held[r]:
+            self.pools[r].reset_prefix_cache()
+
+    @rule(hashes=HASHES, loads=st.tuples(st.integers(0, 3), st.integers(0, 3)))
+    def route(self, hashes, loads):
+        replicas = [SimpleNamespace(outstanding=o, kv_usage=0.0) for o in loads]
+        got = self.router.route_hashes(hashes, replicas)
+
+        def score(i):
+            m = next((k for k, h in enumerate(hashes) if h not in self.pools[i].cached), len(hashes))
+            return (m - 2 * loads[i], -loads[i], -i)
+
+        assert got == max(range(2), key=score)
+
+    @invariant()
+    def view_equals_pool(self):
+        for i, pool in enumerate(self.pools):
+            assert self.router.views[i].hashes == set(pool.cached)
+
+
+TestKVEvents = KVEventsMachine.TestCase
