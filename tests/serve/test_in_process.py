@@ -43,7 +43,8 @@ def test_each_app_has_its_own_registry(engine):
     first.prompt_tokens.labels("a").inc(5)
     snapshot = scheduler_snapshot(engine)
     assert b'vllm:prompt_tokens_total{model_name="a"} 5.0' in first.render(snapshot)
-    assert b"vllm:prompt_tokens_total{" not in second.render(snapshot)  # declared, no sample yet
+    assert b'vllm:prompt_tokens_total{model_name="b"} 0.0' in second.render(snapshot)
+    assert b'model_name="a"' not in second.render(snapshot)
 
 
 def test_the_server_binds_to_loopback_by_default():
