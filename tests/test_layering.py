@@ -2,6 +2,7 @@
 
     paged.core       pure Python: nothing heavier than the standard library
     paged.workloads  trace readers and workloads (numpy): below the simulator, the engine, the load generator
+                     (with paged.metrics_summary and paged.health, which both sides summarise with)
     sim              the simulator (simpy): never the engine or the HTTP layer
     paged.engine     torch: never the simulator or the HTTP layer
     paged.serve      HTTP, above the engine
@@ -23,6 +24,8 @@ FORBIDDEN = {
     "paged/core": ("sim", "paged.engine", "paged.serve", "paged.workloads", "kernels", "simpy", "numpy", "pandas",
                    *HEAVY),
     "paged/workloads": ("sim", "paged.engine", "paged.serve", "kernels", "simpy", *HEAVY),
+    "paged/metrics_summary.py": ("sim", "paged.engine", "paged.serve", "kernels", "simpy", *HEAVY),
+    "paged/health.py": ("sim", "paged.engine", "paged.serve", "kernels", "simpy", *HEAVY),
     "sim": ("paged.engine", "paged.serve", "kernels", "torch", "triton", "fastapi", "uvicorn", "starlette"),
     "paged/engine": ("sim", "paged.serve"),
     "kernels": ("paged", "sim"),
@@ -46,7 +49,8 @@ def imported_modules(path: Path) -> set[str]:
 
 def violations(folder: str, forbidden: tuple[str, ...]) -> list[str]:
     found = []
-    for path in sorted((ROOT / folder).rglob("*.py")):
+    where = ROOT / folder
+    for path in [where] if where.is_file() else sorted(where.rglob("*.py")):
         for name in sorted(imported_modules(path)):
             if any(name == f or name.startswith(f + ".") for f in forbidden):
                 found.append(f"{path.relative_to(ROOT)} imports {name}")
@@ -70,7 +74,8 @@ def test_the_check_sees_a_violation(tmp_path, monkeypatch):
 
 
 def test_core_and_simulator_load_no_torch_nor_http():
-    code = ("import sys, paged, paged.core, paged.core.routing, paged.workloads.workload, sim, sim.cli\n"
+    code = ("import sys, paged, paged.core, paged.core.routing, paged.workloads.workload, paged.metrics_summary, "
+            "paged.health, sim, sim.cli, sim.search\n"
             f"print(' '.join(m for m in {HEAVY!r} if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert out.returncode == 0, out.stderr
