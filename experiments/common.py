@@ -29,11 +29,14 @@ RESULTS = REPO / "experiments" / "results"
 SATURATION = math.inf  # an offered load: every request arrives at t=0
 HEADLINE_CHARS = 100
 
-def parse_args(name: str, description: str, argv: list[str] | None) -> argparse.Namespace:
-    """--out DIR (created) and --quick, the options every experiment has."""
+def parse_args(name: str, description: str, argv: list[str] | None, add_options=None) -> argparse.Namespace:
+    """--out DIR (created) and --quick, the options every experiment has, and the experiment's
+    own (`add_options(parser)`), all shown by --help."""
     p = argparse.ArgumentParser(prog=f"python experiments/{name}.py", description=description)
     p.add_argument("--out", type=Path, default=RESULTS / name, help=f"output folder (default {RESULTS / name})")
     p.add_argument("--quick", action="store_true", help="a small slice, for the tests: checks plumbing, not claims")
+    if add_options is not None:
+        add_options(p)
     args = p.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     return args

@@ -302,19 +302,19 @@ def run(args: argparse.Namespace, setup: Setup) -> int:
     return 0
 
 
+def add_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--profile", type=Path, default=None, help="reuse this profile instead of measuring one")
+    p.add_argument("--num-requests", type=int, default=None, help="size of the slice (default: the setup's)")
+    p.add_argument("--routers", default=",".join(ROUTERS), help="comma-separated, from paged.core.routing")
+
+
 def main(argv: list[str] | None = None) -> int:
-    extra = argparse.ArgumentParser(add_help=False)
-    extra.add_argument("--profile", type=Path, default=None)
-    extra.add_argument("--num-requests", type=int, default=None)
-    extra.add_argument("--routers", default=",".join(ROUTERS), help="comma-separated, from paged.core.routing")
-    options, rest = extra.parse_known_args(argv)
     paragraphs = __doc__.split("\n\n")
-    args = parse_args(NAME, f"{paragraphs[0]} {paragraphs[-1]}", rest)
-    args.profile = options.profile
-    args.routers = [r for r in options.routers.split(",") if r]
+    args = parse_args(NAME, f"{paragraphs[0]} {paragraphs[-1]}", argv, add_options)
+    args.routers = [r for r in args.routers.split(",") if r]
     setup = QUICK if args.quick else FULL
-    if options.num_requests:
-        setup = replace(setup, num_requests=options.num_requests)
+    if args.num_requests:
+        setup = replace(setup, num_requests=args.num_requests)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:

@@ -425,18 +425,18 @@ def run(args: argparse.Namespace, setup: Setup) -> int:
     return 0
 
 
+def add_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--profile", type=Path, default=None, help="reuse this profile instead of measuring one")
+    p.add_argument("--threads", type=int, default=1, help="torch threads of the engine")
+    p.add_argument("--num-requests", type=int, default=None, help="size of the slice (default: the setup's)")
+
+
 def main(argv: list[str] | None = None) -> int:
-    extra = argparse.ArgumentParser(add_help=False)
-    extra.add_argument("--profile", type=Path, default=None)
-    extra.add_argument("--threads", type=int, default=1)
-    extra.add_argument("--num-requests", type=int, default=None)
-    options, rest = extra.parse_known_args(argv)
     paragraphs = __doc__.split("\n\n")
-    args = parse_args(NAME, f"{paragraphs[0]} {paragraphs[-1]}", rest)
-    args.profile, args.threads = options.profile, options.threads
+    args = parse_args(NAME, f"{paragraphs[0]} {paragraphs[-1]}", argv, add_options)
     setup = QUICK if args.quick else FULL
-    if options.num_requests:
-        setup = replace(setup, num_requests=options.num_requests)
+    if args.num_requests:
+        setup = replace(setup, num_requests=args.num_requests)
     threads = torch.get_num_threads()  # the engine sets its own for the whole process
     try:
         return run(args, setup)
