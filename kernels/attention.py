@@ -385,7 +385,7 @@ def paged_attention(
         SEQ_SEARCH_STEPS=max(1, (num_seqs - 1).bit_length()),  # ceil(log2(num_seqs))
         SEQ_SLACK=seq_slack,
         KV_FORMAT=fmt,
-        FP8_SCALE_STRIDE=int(fmt == FP8 and k_scale.numel() > 1),
+        FP8_SCALE_STRIDE=1 if fmt == FP8 and k_scale.numel() > 1 else 0,
         NUM_GROUPS=k_scale.shape[-1] if fmt == INT4 else 1,
         DOT_FP32=_paged_attention_kernel.interprets(device),
         DOT_PRECISION="ieee" if query.dtype == torch.float32 else "tf32",

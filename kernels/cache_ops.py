@@ -198,7 +198,7 @@ def reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, k_scale=
             HEADS_PAD=triton.next_power_of_2(num_kv_heads),
             HEAD_DIM_PAD=triton.next_power_of_2(head_dim),
             KV_FORMAT=fmt,
-            FP8_SCALE_STRIDE=int(fmt == FP8 and cache_scale.numel() > 1),
+            FP8_SCALE_STRIDE=1 if fmt == FP8 and cache_scale.numel() > 1 else 0,
             QUANT_MAX=quant.QUANT_MAX,
             FP8_MAX=quant.FP8_MAX,
             MIN_ABS_MAX=quant.MIN_ABS_MAX,
