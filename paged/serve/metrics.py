@@ -96,6 +96,9 @@ class ServerMetrics:
                                     buckets=REQUEST_BUCKETS, registry=registry)
         self._scheduler = _SchedulerCollector(model_name)
         registry.register(self._scheduler)
+        # The per-token paths use these children: looking a label up takes a lock and a dict lookup.
+        self.per_model = {m: m.labels(model_name) for m in (self.prompt_tokens, self.generation_tokens, self.ttft,
+                                                              self.itl, self.e2e, self.queue_time)}
 
     def render(self, snapshot: dict) -> bytes:
         self._scheduler.snapshot = snapshot
@@ -119,24 +122,26 @@ class RequestTracker:
         self.last_time = 0.0
 
     def observe(self, out: RequestOutput) -> None:
-        m, name = self.metrics, self.metrics.model_name
+        m = self.metrics
+        child = m.per_model
         now = time.monotonic()
         num_tokens = sum(len(c.token_ids) for c in out.outputs)
         new = num_tokens - self.num_tokens
         if new > 0:
             if self.num_tokens == 0:
                 if out.metrics.ttft is not None:
-                    m.ttft.labels(name).observe(out.metrics.ttft)
+                    child[m.ttft].observe(out.metrics.ttft)
             else:
                 gap = (now - self.last_time) / new
+                itl = child[m.itl]
                 for _ in range(new):
-                    m.itl.labels(name).observe(gap)
+                    itl.observe(gap)
             self.num_tokens, self.last_time = num_tokens, now
         if out.finished:
-            m.prompt_tokens.labels(name).inc(len(out.prompt_token_ids))
-            m.generation_tokens.labels(name).inc(num_tokens)
+            child[m.prompt_tokens].inc(len(out.prompt_token_ids))
+            child[m.generation_tokens].inc(num_tokens)
             for c in out.outputs:
-                m.request_success.labels(name, c.finish_reason).inc()
+                m.request_success.labels(m.model_name, c.finish_reason).inc()
             for histogram, value in ((m.e2e, out.metrics.e2e), (m.queue_time, out.metrics.queue_time)):
                 if value is not None:
-                    histogram.labels(name).observe(value)
+                    child[histogram].observe(value)

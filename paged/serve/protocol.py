@@ -29,6 +29,9 @@ _NEUTRAL = {"logprobs": (None, False, 0), "top_logprobs": (None, 0), "presence_p
             "suffix": (None, ""), "logit_bias": (None, {}), "tools": (None, []), "tool_choice": (None, "none"),
             "response_format": (None, {"type": "text"})}
 
+# Template variables the server sets itself.
+_RESERVED = {"messages", "add_generation_prompt", "chat_template", "bos_token", "eos_token"}
+
 
 @dataclass(slots=True)
 class GenerateRequest:
@@ -62,6 +65,8 @@ def parse_json(raw: bytes) -> dict:
         body = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise APIError(400, f"the body is not valid JSON: {e}") from None
+    except RecursionError:
+        raise APIError(400, "the body nests JSON too deeply") from None
     if not isinstance(body, dict):
         raise APIError(400, f"the body is a JSON {type(body).__name__}: expected an object")
     return body
@@ -90,8 +95,9 @@ def chat_request(body: dict, served: list[str], max_model_len: int) -> tuple[Gen
     if "messages" not in body:
         raise APIError(400, "missing 'messages': expected a list of {role, content} objects", "messages")
     kwargs = body.get("chat_template_kwargs") or {}
-    if not isinstance(kwargs, dict) or not all(isinstance(k, str) for k in kwargs):
-        raise APIError(400, f"chat_template_kwargs={kwargs!r}: expected an object", "chat_template_kwargs")
+    if not isinstance(kwargs, dict) or _RESERVED & set(kwargs):
+        raise APIError(400, f"chat_template_kwargs={_short(kwargs)}: expected an object of template variables "
+                            f"other than {sorted(_RESERVED)}", "chat_template_kwargs")
     chat = {"messages": body["messages"], "add_generation_prompt": _flag(body, "add_generation_prompt", True),
             **kwargs}
     # No max_tokens: up to max_model_len (the scheduler stops each sequence there), as vLLM.

@@ -14,6 +14,10 @@ _END = object()
 
 
 async def merge(streams: list[AsyncIterator[RequestOutput]]) -> AsyncIterator[tuple[int, RequestOutput]]:
+    if len(streams) == 1:  # the common case, without a task and a queue per output
+        async for out in streams[0]:
+            yield 0, out
+        return
     queue: asyncio.Queue = asyncio.Queue()
 
     async def pump(i: int, stream: AsyncIterator[RequestOutput]) -> None:

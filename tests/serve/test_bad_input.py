@@ -23,6 +23,7 @@ def assert_error(response, status: int, *words: str, param: str | None = None):
     (b"{bad", ("not valid JSON",)),
     (b"[1, 2]", ("JSON list", "expected an object")),
     (b"\xff\xfe", ("not valid JSON",)),
+    (b"[" * 60_000, ("too deeply",)),
 ])
 def test_malformed_json_is_400(server, body, words):
     assert_error(server.post("/v1/completions", content=body), 400, *words)
@@ -67,6 +68,12 @@ def test_bad_prompts_are_400(server, prompt, words):
 def test_malformed_messages_are_400(server, messages, words):
     assert_error(server.post("/v1/chat/completions", json={"messages": messages}), 400, *words, param="messages")
     assert_error(server.post("/v1/chat/completions", json={}), 400, "messages", param="messages")
+
+
+@pytest.mark.parametrize("kwargs", [{"messages": []}, {"bos_token": "x"}, {"chat_template": "x"}, [1]])
+def test_chat_template_kwargs_cannot_replace_the_servers_own(server, kwargs):
+    body = {"messages": [{"role": "user", "content": "x"}], "chat_template_kwargs": kwargs}
+    assert_error(server.post("/v1/chat/completions", json=body), 400, param="chat_template_kwargs")
 
 
 def test_body_over_the_limit_is_413(server):

@@ -1,0 +1,54 @@
+"""Pieces of the server checked without HTTP: the KV audit catches what it must, each app has its
+own metrics registry, and the command line binds to loopback unless told otherwise."""
+import pytest
+
+from paged import SamplingParams
+from paged.engine import LLMEngine
+from paged.engine.engine_config import EngineConfig
+from paged.serve.debug_kv import kv_report
+from paged.serve.metrics import ServerMetrics, scheduler_snapshot
+from paged.serve.server import parse_args
+
+from .conftest import ENGINE
+
+
+@pytest.fixture
+def engine(tiny_chat_model):
+    return LLMEngine(EngineConfig(model=str(tiny_chat_model), **ENGINE))
+
+
+def test_the_audit_reports_block_tables_and_leaks(engine):
+    engine.add_request([1, 2, 3] * 12, SamplingParams(max_tokens=30, n=2, ignore_eos=True), request_id="mine")
+    for _ in range(3):
+        engine.step()
+    report = kv_report(engine)
+    assert report["audit"]["ok"]
+    tables = {(r["request_id"], r["sequence"]): r["block_table"] for r in report["requests"]}
+    assert set(tables) == {("mine", 0), ("mine", 1)}
+    assert tables[("mine", 0)][:2] == tables[("mine", 1)][:2]  # the prompt's full blocks, shared by the fork
+    assert report["pool"]["used"] == len(set(tables[("mine", 0)]) | set(tables[("mine", 1)]))
+
+    pool = engine.scheduler.kv.pool
+    free = next(b for b in pool.blocks if b.ref_cnt == 0)
+    free.ref_cnt = 1  # a reference nobody holds: the block can never be free again
+    shared = pool.blocks[tables[("mine", 0)][0]]
+    shared.ref_cnt += 1
+    audit = kv_report(engine)["audit"]
+    assert not audit["ok"] and audit["leaked_blocks"] == [free.block_id]
+    assert {m["block"] for m in audit["mismatched_ref_counts"]} == {free.block_id, shared.block_id}
+
+
+def test_each_app_has_its_own_registry(engine):
+    first, second = ServerMetrics("a"), ServerMetrics("b")  # the global registry would refuse the second
+    first.prompt_tokens.labels("a").inc(5)
+    snapshot = scheduler_snapshot(engine)
+    assert b'vllm:prompt_tokens_total{model_name="a"} 5.0' in first.render(snapshot)
+    assert b'vllm:prompt_tokens_total{model_name="b"} 0.0' in second.render(snapshot)
+    assert b'model_name="a"' not in second.render(snapshot)
+
+
+def test_the_server_binds_to_loopback_by_default():
+    args = parse_args(["--model", "m"])
+    assert (args.host, args.port, args.api_key, args.max_waiting) == ("127.0.0.1", 8000, None, None)
+    with pytest.raises(SystemExit):
+        parse_args(["--model", "m", "--max-waiting", "0"])
