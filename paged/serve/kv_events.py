@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import uuid
 from collections import deque
+from itertools import islice
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the log itself needs no torch
@@ -31,11 +32,13 @@ class KVEventLog:
             raise ValueError(f"KVEventLog capacity={capacity}: expected >= 1")
         self.epoch = uuid.uuid4().hex
         self.seq = 0  # of the last event; 0 before the first
-        self.events: deque[dict] = deque(maxlen=capacity)
+        # (seq, kind, hashes): the pool's own lists, kept as they are (this runs in the engine's
+        # step), written out as hex only when read
+        self.events: deque[tuple[int, str, list]] = deque(maxlen=capacity)
 
     def _append(self, kind: str, block_hashes) -> None:
         self.seq += 1
-        self.events.append({"seq": self.seq, "kind": kind, "hashes": [h.hex() for h in block_hashes]})
+        self.events.append((self.seq, kind, block_hashes))
 
     def blocks_stored(self, block_hashes) -> None:
         self._append("stored", block_hashes)
@@ -44,13 +47,14 @@ class KVEventLog:
         self._append("removed", block_hashes)
 
     def all_blocks_cleared(self) -> None:
-        self._append("cleared", ())
+        self._append("cleared", [])
 
     def since(self, seq: int) -> dict:
         """The events after `seq`; `reset` when the log cannot say what happened since then."""
-        first = self.events[0]["seq"] if self.events else self.seq + 1
+        first = self.events[0][0] if self.events else self.seq + 1  # seqs are consecutive
         reset = seq > self.seq or seq < first - 1
-        events = [] if reset else [e for e in self.events if e["seq"] > seq]
+        events = [] if reset else [{"seq": n, "kind": kind, "hashes": [h.hex() for h in hashes]}
+                                   for n, kind, hashes in islice(self.events, seq - first + 1, None)]
         return {"epoch": self.epoch, "seq": self.seq, "reset": reset, "events": events}
 
 

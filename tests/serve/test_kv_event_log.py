@@ -8,7 +8,7 @@ def test_the_log_keeps_the_last_n_events_and_a_reader_behind_them_is_reset():
     log = KVEventLog(capacity=4)
     for i in range(6):  # N + 2
         log.blocks_stored([bytes([i]) * 16])
-    assert [e["seq"] for e in log.events] == [3, 4, 5, 6]
+    assert [e[0] for e in log.events] == [3, 4, 5, 6]
     caught_up = log.since(2)  # the events it needs are all kept
     assert not caught_up["reset"] and [e["seq"] for e in caught_up["events"]] == [3, 4, 5, 6]
     assert caught_up["events"][0]["hashes"] == [(b"\x02" * 16).hex()]
