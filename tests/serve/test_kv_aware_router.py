@@ -55,6 +55,11 @@ def complete(url: str, model: str, ids: list[int], timeout_s: float = 60) -> Non
     assert r.status_code == 200, r.text
 
 
+def decisions(router: str, backend: str) -> float:
+    return metric(httpx.get(f"{router}/metrics", timeout=5).text, "paged_router_routing_decisions_total",
+                  backend=backend)
+
+
 def cached(server) -> set[str]:
     return set(httpx.get(f"{server.url}/kv/blocks", timeout=30).json()["blocks"])
 
@@ -80,7 +85,8 @@ def test_a_shared_prefix_goes_to_the_replica_that_caches_it(kv_cluster):
 
 def test_a_new_prefix_goes_to_the_less_loaded_replica(kv_cluster):
     """With a stopped (so never finishing) request in flight on a, a request whose prefix no replica
-    caches goes to b: kv_aware's scores tie on the cache, and load decides."""
+    caches goes to b: kv_aware's scores tie on the cache, and load decides. So does a text prompt,
+    which the router cannot hash as the engine does (it has no tokenizer)."""
     a, b, router, model = kv_cluster["a"], kv_cluster["b"], kv_cluster["router"], kv_cluster["model"]
     first, second = prompt(20, 4 * BLOCK), prompt(21, 4 * BLOCK)
     with ThreadPoolExecutor(1) as pool:
@@ -91,6 +97,10 @@ def test_a_new_prefix_goes_to_the_less_loaded_replica(kv_cluster):
                                       "paged_router_backend_outstanding", backend=a.url) == 1,
                        "the first request in flight on a")
             complete(router, model, second, timeout_s=30)  # (a bound: on a, it would wait for a to resume)
+            before = decisions(router, b.url)
+            r = httpx.post(f"{router}/v1/completions", timeout=30, json={
+                "model": model, "prompt": "a text prompt", "max_tokens": 1})
+            assert r.status_code == 200 and decisions(router, b.url) == before + 1
         finally:
             a.proc.send_signal(signal.SIGCONT)
         held.result()
