@@ -34,15 +34,12 @@ class KVSync:
         self.epoch: str | None = None  # None: the view follows nothing (empty)
         self.seq = 0
 
-    def forget(self) -> None:
-        self.view.all_blocks_cleared()
-        self.epoch = None
-
     async def poll(self, timeout_s: float) -> None:
         backend = self.backend
         if not backend.healthy:
-            if self.epoch is not None:
-                self.forget()
+            if self.epoch is not None:  # its cache is unknown until it answers again
+                self.view.all_blocks_cleared()
+                self.epoch = None
             return
         try:
             if self.epoch is not None:
