@@ -29,6 +29,18 @@ def hash_token_block(parent: bytes | None, token_ids, extra_keys: tuple = ()) ->
     return _h(parent or _ROOT, array("q", token_ids).tobytes(), extra)
 
 
+def token_block_hashes(token_ids, block_size: int, num_blocks: int, start: int = 0, parent: bytes | None = None,
+                       extra_keys: tuple = ()) -> list[bytes]:
+    """The chained hashes of full blocks start..num_blocks-1 of `token_ids`, block `start` chained
+    to `parent` (the hash of the block before it). What the engine's pool registers a prompt's
+    blocks under, and what a router computes from a token-id prompt to find them."""
+    out, prev = [], parent
+    for i in range(start, num_blocks):
+        prev = hash_token_block(prev, token_ids[i * block_size:(i + 1) * block_size], extra_keys)
+        out.append(prev)
+    return out
+
+
 def hash_id_chain(hash_ids, extra_keys: tuple = ()) -> list[bytes]:
     """Chain trace-level hash ids: entry j names ids 0..j together."""
     extra = repr(extra_keys).encode() if extra_keys else b""
@@ -54,10 +66,8 @@ def extend_block_hashes(request: Request, block_size: int, num_blocks: int) -> l
         if num_blocks * block_size > len(tokens):
             tokens = request.all_token_ids()
         num_blocks = min(num_blocks, len(tokens) // block_size)
-        prev = hashes[-1] if hashes else None
-        for i in range(have, num_blocks):
-            prev = hash_token_block(prev, tokens[i * block_size:(i + 1) * block_size], request.extra_keys)
-            hashes.append(prev)
+        hashes.extend(token_block_hashes(tokens, block_size, num_blocks, have, hashes[-1] if hashes else None,
+                                         request.extra_keys))
     elif request.prefix_hash_ids is not None:
         id_size = request.hash_id_block_size
         covered = min(request.num_prompt_tokens, len(request.prefix_hash_ids) * id_size)

@@ -2,11 +2,14 @@
 
     POST /v1/completions, /v1/chat/completions   (stream: server-sent events ending in [DONE])
     GET  /v1/models, /health, /metrics, /debug/kv
+    GET  /kv/events?since=SEQ, /kv/blocks        (the prefix cache's changes, for routers: `kv_events`)
 
 With an API key, /v1 and /debug need `Authorization: Bearer <key>` (vLLM protects /v1; the
 block tables are no one else's business either); /health and /metrics stay open for probes and
-scrapers. Bodies over `max_body_bytes` get 413; with `max_waiting`, a request arriving while
-that many wait gets 503 with Retry-After instead of a place in an ever longer queue.
+scrapers, and so do /kv/events and /kv/blocks, which the router polls without a key (block
+hashes, not tokens: they tell only someone who can guess a prompt whether it is cached). Bodies
+over `max_body_bytes` get 413; with `max_waiting`, a request arriving while that many wait gets
+503 with Retry-After instead of a place in an ever longer queue.
 """
 from __future__ import annotations
 
@@ -25,6 +28,7 @@ from paged.engine import AsyncLLM
 
 from .debug_kv import kv_report
 from .errors import APIError, error_body, install_error_handlers
+from .kv_events import DEFAULT_CAPACITY, KVEventLog, snapshot
 from .metrics import ServerMetrics, scheduler_snapshot
 from .protocol import GenerateRequest, chat_request, completion_request, parse_json, read_body
 from .responses import ResponseBuilder
@@ -39,6 +43,7 @@ class ServeSettings:
     max_body_bytes: int = 4 << 20
     chat_template: str | None = None  # None: the model's own
     retry_after_s: int = 1
+    kv_events_capacity: int = DEFAULT_CAPACITY
 
 
 def build_app(engine: AsyncLLM, settings: ServeSettings) -> FastAPI:
@@ -46,6 +51,8 @@ def build_app(engine: AsyncLLM, settings: ServeSettings) -> FastAPI:
     metrics = ServerMetrics(names[0])
     llm_engine = engine.engine
     max_model_len = llm_engine.scheduler.config.max_model_len
+    kv_log = KVEventLog(settings.kv_events_capacity)
+    llm_engine.scheduler.kv.pool.events = kv_log  # before any request: the log sees every change
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -77,6 +84,14 @@ def build_app(engine: AsyncLLM, settings: ServeSettings) -> FastAPI:
     @app.get("/debug/kv", dependencies=protected)
     async def debug_kv() -> JSONResponse:
         return JSONResponse(await engine.inspect(kv_report))
+
+    @app.get("/kv/events")
+    async def kv_events(since: int = 0) -> JSONResponse:
+        return JSONResponse(await engine.inspect(lambda _: kv_log.since(since)))
+
+    @app.get("/kv/blocks")
+    async def kv_blocks() -> JSONResponse:
+        return JSONResponse(await engine.inspect(lambda e: snapshot(kv_log, e)))
 
     @app.get("/v1/models", dependencies=protected)
     async def models() -> JSONResponse:

@@ -11,12 +11,16 @@ tokenizer: each character stands for a token, i.e. each `block_size`-character c
 is hashed as a block. That is deterministic and agrees wherever the texts agree, which is what
 routing needs; it does not line up with the engine's token blocks, so it predicts which replica
 holds a prefix, not how many blocks of it.
+
+`token_block_hashes` is for `kv_aware`, which matches a prompt against the block hashes the
+replicas report: only a token-id prompt has them (the engine's own chained hashes, from the same
+function), so a text prompt gets None and is routed by load alone.
 """
 from __future__ import annotations
 
 import json
 
-from paged.core.hashing import hash_token_block
+from paged.core import hashing
 
 
 def prefix_ids(body: dict, block_size: int) -> list[int] | None:
@@ -25,19 +29,38 @@ def prefix_ids(body: dict, block_size: int) -> list[int] | None:
     tokens = _prompt_tokens(body)
     if tokens is None:
         return None
-    ids, prev = [], None
-    for start in range(0, len(tokens) - block_size + 1, block_size):
-        prev = hash_token_block(prev, tokens[start:start + block_size])
-        ids.append(int.from_bytes(prev[:8], "little"))
-    return ids
+    return [int.from_bytes(h[:8], "little")
+            for h in hashing.token_block_hashes(tokens, block_size, len(tokens) // block_size)]
+
+
+def token_block_hashes(body: dict, block_size: int) -> list[bytes] | None:
+    """The engine's hashes of the full blocks of a token-id prompt (the first of a batch); None
+    for a text prompt, whose tokens only the model's tokenizer knows."""
+    tokens = _token_ids(body)
+    if tokens is None:
+        return None
+    return hashing.token_block_hashes(tokens, block_size, len(tokens) // block_size)
+
+
+def _first_prompt(body: dict):
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and prompt and isinstance(prompt[0], (list, str)):
+        return prompt[0]  # a batch: route by its first prompt
+    return prompt
+
+
+def _token_ids(body: dict) -> list[int] | None:
+    prompt = _first_prompt(body)
+    if isinstance(prompt, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+        return prompt
+    return None
 
 
 def _prompt_tokens(body: dict) -> list[int] | None:
-    prompt = body.get("prompt")
-    if isinstance(prompt, list) and prompt and isinstance(prompt[0], (list, str)):
-        prompt = prompt[0]  # a batch: route by its first prompt
-    if isinstance(prompt, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
-        return prompt
+    tokens = _token_ids(body)
+    if tokens is not None:
+        return tokens
+    prompt = _first_prompt(body)
     if isinstance(prompt, str):
         return [ord(c) for c in prompt]
     messages = body.get("messages")

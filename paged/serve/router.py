@@ -6,9 +6,13 @@ Each completion (`/v1/completions`, `/v1/chat/completions`) goes to the backend 
 simulator's router of the same name chooses (`paged.core.routing`), over the same view of each
 replica: the requests this router has in flight there and its last scraped KV usage
 (`paged.serve.backends`); `prefix_aware` reads the prompt's chained block ids
-(`paged.serve.prefix_ids`). Streams pass through event by event. `/v1/models` comes from the
-first healthy backend; `/health` is 200 while one backend is in service; `/metrics` counts what
-the router did per backend (`paged.serve.router_metrics`).
+(`paged.serve.prefix_ids`); `kv_aware` matches a token-id prompt's block hashes against what each
+backend's KV events say it caches (`paged.serve.kv_sync`, polled every `--kv-events-interval-s`;
+`--block-size` must be the backends'). A text prompt, which only the model's tokenizer could cut
+into the engine's blocks, is routed by kv_aware on load alone. Streams pass through event by
+event. `/v1/models` comes from the first healthy backend; `/health` is 200 while one backend is
+in service; `/metrics` counts what the router did per backend (`paged.serve.router_metrics`);
+`/kv/view` shows kv_aware's view of each backend's cache.
 
 Faults: every backend is probed each `--health-interval-s`; one that fails is taken out until it
 answers again. A request that cannot connect to its backend is retried on another; one whose
@@ -37,7 +41,8 @@ from paged.core.routing import ROUTERS, make_router
 
 from .backends import Backend, probe, watch
 from .errors import error_events, error_response
-from .prefix_ids import prefix_ids
+from .kv_sync import KVSync, follow
+from .prefix_ids import prefix_ids, token_block_hashes
 from .router_metrics import RouterMetrics
 
 FORWARDED_HEADERS = ("authorization", "content-type")
@@ -47,12 +52,13 @@ FORWARDED_HEADERS = ("authorization", "content-type")
 class RouterConfig:
     backends: list[str]
     policy: str = "round_robin"
-    block_size: int = 16  # tokens (characters of text) per prefix id
+    block_size: int = 16  # tokens (characters of text) per prefix id; kv_aware: the backends' block size
     health_interval_s: float = 1.0
     health_timeout_s: float = 2.0
     connect_timeout_s: float = 2.0
     read_timeout_s: float = 600.0  # between two reads from a backend: a non-streamed answer comes in one read
     abort_after_failed_probes: int = 3  # then the requests in flight on a backend that hangs are failed
+    kv_events_interval_s: float = 0.25  # kv_aware: between two reads of a backend's KV events
 
 
 class InFlight:
@@ -94,13 +100,24 @@ class Forwarder:
         limits = httpx.Limits(max_connections=None)
         self.backends = [Backend(url, lambda: httpx.AsyncClient(timeout=timeout, limits=limits))
                          for url in config.backends]
-        self.policy = make_router(config.policy, len(self.backends))
+        self.policy = make_router(config.policy, len(self.backends), block_size=config.block_size)
         self.metrics = RouterMetrics(self.backends)
+        self.kv_syncs = ([KVSync(b, self.policy.replica_events(i), config.block_size)
+                          for i, b in enumerate(self.backends)] if config.policy == "kv_aware" else [])
 
-    def choose(self, ids: list[int] | None) -> Backend | None:
+    def prompt_key(self, payload: dict) -> list | None:
+        """What the policy routes by: kv_aware, the engine's block hashes of a token-id prompt;
+        prefix_aware, the prompt's prefix ids; the others, nothing."""
+        if self.kv_syncs:
+            return token_block_hashes(payload, self.config.block_size)
+        return prefix_ids(payload, self.config.block_size) if self.config.policy == "prefix_aware" else None
+
+    def choose(self, key: list | None) -> Backend | None:
         """The policy's choice among the backends in service (None when there is none)."""
         for _ in range(len(self.backends)):  # round robin may land on one out of service: ask again
-            backend = self.backends[self.policy.route(ids, self.backends)]
+            i = (self.policy.route_hashes(key or [], self.backends) if self.kv_syncs
+                 else self.policy.route(key, self.backends))
+            backend = self.backends[i]
             if backend.healthy:
                 self.metrics.routed.labels(backend.url).inc()
                 return backend
@@ -116,9 +133,9 @@ class Forwarder:
         if not isinstance(payload, dict):
             self.metrics.rejected.labels("bad_request").inc()
             return error_response(400, "the request body must be a JSON object")
-        ids = prefix_ids(payload, self.config.block_size) if self.config.policy == "prefix_aware" else None
         headers = {k: v for k, v in request.headers.items() if k in FORWARDED_HEADERS}
-        while (backend := self.choose(ids)) is not None:
+        key = self.prompt_key(payload)
+        while (backend := self.choose(key)) is not None:
             client = backend.client
             upstream = client.build_request("POST", backend.url + path, content=body, headers=headers)
             lease = InFlight(backend)
@@ -204,6 +221,8 @@ def create_app(config: RouterConfig) -> FastAPI:
         await asyncio.gather(*(probe(b, config.health_timeout_s) for b in fwd.backends))
         tasks = [asyncio.create_task(watch(b, config.health_interval_s, config.health_timeout_s,
                                            config.abort_after_failed_probes)) for b in fwd.backends]
+        tasks += [asyncio.create_task(follow(s, config.kv_events_interval_s, config.health_timeout_s))
+                  for s in fwd.kv_syncs]
         try:
             yield
         finally:
@@ -233,6 +252,13 @@ def create_app(config: RouterConfig) -> FastAPI:
             return Response(json.dumps({"status": "ok", "backends_in_service": n}), media_type="application/json")
         return error_response(503, "no backend is in service", code="no_backend")
 
+    @app.get("/kv/view")
+    async def kv_view() -> Response:
+        """kv_aware's view of each backend's cache: the hashes (hex) and the event seq it is current to."""
+        return Response(json.dumps({"backends": [
+            {"url": s.backend.url, "epoch": s.epoch, "seq": s.seq, "blocks": sorted(h.hex() for h in s.view.hashes)}
+            for s in fwd.kv_syncs]}), media_type="application/json")
+
     @app.get("/metrics")
     async def metrics() -> Response:
         return Response(generate_latest(fwd.metrics.registry), media_type=CONTENT_TYPE_LATEST)
@@ -249,7 +275,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8080)
     p.add_argument("--block-size", type=int, default=d.block_size,
-                   help="prefix_aware: tokens (characters, for text prompts) per prefix id")
+                   help="prefix_aware: tokens (characters, for text prompts) per prefix id; kv_aware: the "
+                        "backends' --block-size")
     p.add_argument("--health-interval-s", type=float, default=d.health_interval_s)
     p.add_argument("--health-timeout-s", type=float, default=d.health_timeout_s)
     p.add_argument("--connect-timeout-s", type=float, default=d.connect_timeout_s)
@@ -257,6 +284,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="longest wait between two reads from a backend")
     p.add_argument("--abort-after-failed-probes", type=int, default=d.abort_after_failed_probes,
                    help="fail the requests in flight on a backend after this many failed probes in a row")
+    p.add_argument("--kv-events-interval-s", type=float, default=d.kv_events_interval_s,
+                   help="kv_aware: how often each backend's KV events are read")
     p.add_argument("--log-level", default="warning")
     return p
 
@@ -266,6 +295,7 @@ def main(argv: list[str] | None = None) -> int:
 
     args = build_parser().parse_args(argv)
     config = RouterConfig(args.backend, args.policy, args.block_size, args.health_interval_s, args.health_timeout_s,
-                          args.connect_timeout_s, args.read_timeout_s, args.abort_after_failed_probes)
+                          args.connect_timeout_s, args.read_timeout_s, args.abort_after_failed_probes,
+                          args.kv_events_interval_s)
     uvicorn.run(create_app(config), host=args.host, port=args.port, log_level=args.log_level, access_log=False)
     return 0

@@ -16,6 +16,8 @@ from pathlib import Path
 
 from paged.engine.engine_args import add_engine_args, engine_kwargs
 
+from .kv_events import DEFAULT_CAPACITY
+
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="paged serve", description=__doc__.split("\n\n")[0])
@@ -31,12 +33,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--max-body-bytes", type=int, default=4 << 20, help="larger request bodies get 413")
     p.add_argument("--chat-template", default=None, help="a Jinja chat template, or a file holding one "
                                                           "(default: the model's own)")
+    p.add_argument("--kv-events-capacity", type=int, default=DEFAULT_CAPACITY,
+                   help="KV events kept for routers (GET /kv/events); one further behind resyncs from /kv/blocks")
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     args = p.parse_args(argv)
     if args.max_waiting is not None and args.max_waiting < 1:
         p.error(f"--max-waiting {args.max_waiting}: expected at least 1")
     if args.max_body_bytes < 1:
         p.error(f"--max-body-bytes {args.max_body_bytes}: expected at least 1")
+    if args.kv_events_capacity < 1:
+        p.error(f"--kv-events-capacity {args.kv_events_capacity}: expected at least 1")
     return args
 
 
@@ -53,7 +59,8 @@ def main(argv: list[str] | None = None) -> int:
         template = Path(template).read_text()
     engine = AsyncLLM(args.model, **engine_kwargs(args))
     settings = ServeSettings(served_model_names=args.served_model_name or [args.model], api_key=args.api_key,
-                             max_waiting=args.max_waiting, max_body_bytes=args.max_body_bytes, chat_template=template)
+                             max_waiting=args.max_waiting, max_body_bytes=args.max_body_bytes, chat_template=template,
+                             kv_events_capacity=args.kv_events_capacity)
     uvicorn.run(build_app(engine, settings), host=args.host, port=args.port, log_level=args.log_level,
                 timeout_graceful_shutdown=5)
     return 0

@@ -1,6 +1,8 @@
 """The prefix-aware router's ids: equal exactly as far as two prompts agree block for block."""
+from paged.core.hashing import extend_block_hashes
+from paged.core.request import Request, SamplingParams
 from paged.serve.launch import block_size_option
-from paged.serve.prefix_ids import prefix_ids
+from paged.serve.prefix_ids import prefix_ids, token_block_hashes
 
 
 def test_token_ids_agree_block_for_block():
@@ -27,3 +29,14 @@ def test_the_launcher_gives_the_router_the_engines_block_size():
     assert block_size_option(["--max-num-seqs", "8", "--block-size", "32"]) == ["--block-size", "32"]
     assert block_size_option(["--block-size=8"]) == ["--block-size", "8"]
     assert block_size_option(["--max-num-seqs", "8"]) == []
+
+
+def test_kv_aware_hashes_a_token_prompt_as_the_engine_names_its_blocks():
+    """kv_aware finds a prompt in the hashes the replicas report only if the router's hashes of
+    its blocks are the engine's: same chain, same partial block left out."""
+    ids = list(range(500, 550))
+    engine = extend_block_hashes(Request("r", ids, sampling_params=SamplingParams(max_tokens=1)), 16, 8)
+    assert len(engine) == 3 and token_block_hashes({"prompt": ids}, 16) == engine
+    assert token_block_hashes({"prompt": [ids, [1]]}, 16) == engine  # a batch: its first prompt
+    assert token_block_hashes({"prompt": "text"}, 16) is None  # the router has no tokenizer
+    assert token_block_hashes({"messages": [{"role": "user", "content": "hi"}]}, 16) is None
