@@ -105,7 +105,7 @@ FULL = Setup(num_requests=48, prompt_scale=1 / 8, output_scale=1 / 4, max_own_to
              prefix_tokens=96, num_groups=4, load=0.6, max_num_seqs=8, max_num_batched_tokens=256,
              num_gpu_blocks=160,
              grid=ProfileGrid(prefill_chunks=(16, 64, 128, 256), prefill_contexts=(0, 96),
-                              decode_batches=tuple(range(1, 9)), decode_contexts=(128, 320),
+                              decode_batches=tuple(range(1, 9)), decode_contexts=(128, 300),
                               mixed_batches=(1, 2, 4, 8), mixed_chunks=(32, 128), mixed_context=160, repeats=3))
 QUICK = Setup(num_requests=6, prompt_scale=1 / 16, output_scale=1 / 16, max_own_tokens=32, max_output_tokens=6,
               prefix_tokens=32, num_groups=2, load=0.6, max_num_seqs=4, max_num_batched_tokens=64, num_gpu_blocks=64,

@@ -24,11 +24,13 @@ def alive(pid: int) -> bool:
         return False
 
 
-def launch(procs, tmp_path: Path, replicas: int, *options: str, server: str = FAKE_SERVER):
-    """Start `paged launch`; returns (process, router URL, {name: pid} once it is up)."""
+def launch(procs, tmp_path: Path, replicas: int, *options: str, server: str = FAKE_SERVER,
+           model: str = "fake-model"):
+    """Start `paged launch` (`server=""`: its own `paged serve` replicas); returns (process, router URL)."""
     port = free_port()
-    proc = procs.start("launch", "-m", "paged", "launch", "--model", "fake-model", "--replicas", str(replicas),
-                       "--port", str(port), "--log-dir", str(tmp_path / "logs"), "--server-command", server,
+    command = ["--server-command", server] if server else []
+    proc = procs.start("launch", "-m", "paged", "launch", "--model", model, "--replicas", str(replicas),
+                       "--port", str(port), "--log-dir", str(tmp_path / "logs"), *command,
                        "--stop-timeout-s", "5", *options)
     return proc, f"http://127.0.0.1:{port}"
 

@@ -1,0 +1,42 @@
+"""`paged launch` of real engines: three `paged serve` replicas of a tiny random model behind the
+router. One replica is killed (SIGKILL) while requests run: a request in flight on it ends with a
+clear error (502), never a hang, and every other request, then and afterwards, finishes."""
+from __future__ import annotations
+
+import os
+import re
+import signal
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+
+from .conftest import engine_flags, metric, wait_until
+from .test_launch import launch, ready
+
+TOKENS = 400  # long enough to be caught in flight
+
+
+def complete(url: str, model: str, i: int) -> int:
+    """One request's status code (the router answers 502 for one cut on a dead replica)."""
+    body = {"model": model, "prompt": [100 + i, 200 + i, 300 + i], "max_tokens": TOKENS, "ignore_eos": True}
+    return httpx.post(f"{url}/v1/completions", json=body, timeout=120).status_code
+
+
+def test_three_engine_replicas_one_killed_mid_run(procs, tmp_path, tiny_chat_model):
+    model = str(tiny_chat_model)
+    proc, url = launch(procs, tmp_path, 3, "--router", "round_robin", *engine_flags(), server="",
+                       model=model)
+    started = ready(procs, proc, url)
+    victim = re.search(r"^replica 1: pid \d+ at (\S+)", proc.log_path.read_text(), re.M).group(1)
+
+    def running_on_victim() -> bool:
+        return (metric(httpx.get(f"{victim}/metrics", timeout=10).text, "vllm:num_requests_running") or 0) >= 1
+
+    with ThreadPoolExecutor(6) as pool:
+        running = [pool.submit(complete, url, model, i) for i in range(6)]  # two on each replica
+        wait_until(running_on_victim, "a request running on replica 1")
+        os.kill(started["replica 1"], signal.SIGKILL)
+        during = [f.result() for f in running]
+    after = [complete(url, model, 10 + i) for i in range(6)]
+    assert set(during) <= {200, 502} and 1 <= during.count(502) <= 2, during  # only the victim's fail
+    assert after == [200] * 6
