@@ -2,7 +2,7 @@
 
 Pure Python: no torch, no simpy, no HTTP, no clock (time comes in as `now`). The simulator,
 the engine and the load balancer drive these same classes; the contract they drive is
-`paged.core.interface.SchedulerInterface` (docs/architecture.md draws the layers).
+`paged.core.scheduler_base.BaseScheduler` (docs/architecture.md draws the layers).
 """
 from .block_pool import Block, BlockPool
 from .block_table import BlockTable
