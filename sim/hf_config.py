@@ -4,7 +4,8 @@ any such model, not only the catalog's.
 Llama-family: decoder-only, RMSNorm, rotary, a gated (SwiGLU) MLP, optional grouped-query
 attention: Llama 1-3, CodeLlama, Mistral, Qwen2 (its QKV biases are too small to count), InternLM
 and InternLM2. Parameters are counted from the shapes (the embedding counted once when tied to
-the LM head); mixture-of-experts and sliding-window variants are refused rather than mis-timed.
+the LM head); mixture-of-experts variants are refused rather than mis-timed. A sliding window
+(Mistral v0.1) is not read: attention is timed as full attention over the whole context.
 """
 from __future__ import annotations
 
