@@ -52,7 +52,6 @@ from common import (
     write_csv,
     write_png,
 )
-from prometheus_client.parser import text_string_to_metric_families
 from sim_vs_real import drift, sim_config
 
 from paged.engine import EngineConfig, LLMEngine
@@ -60,6 +59,7 @@ from paged.engine.profile import ProfileGrid, profile, write_profile
 from paged.serve.bench_serve import first_model, summarize
 from paged.serve.prompts import PromptMaker
 from paged.serve.replay import replay
+from paged.serve.scrape import Scrape
 from paged.serve.server_process import free_port
 from paged.workloads.workload import Workload
 from sim import simulate
@@ -170,13 +170,9 @@ def prefix_counters(urls: list[str]) -> np.ndarray:
     """(queries, hits) of the prefix cache, summed over the replicas' /metrics."""
     total = np.zeros(2)
     for url in urls:
-        text = httpx.get(f"{url}/metrics", timeout=10).text
-        for family in text_string_to_metric_families(text):
-            for s in family.samples:
-                if s.name == "vllm:prefix_cache_queries_total":
-                    total[0] += s.value
-                elif s.name == "vllm:prefix_cache_hits_total":
-                    total[1] += s.value
+        scrape = Scrape(httpx.get(f"{url}/metrics", timeout=10).text)
+        total += [scrape.value(name) or 0.0 for name in ("vllm:prefix_cache_queries_total",
+                                                         "vllm:prefix_cache_hits_total")]
     return total
 
 
