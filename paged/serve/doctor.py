@@ -10,20 +10,19 @@ it), and `/debug/kv`. Metric names are vLLM's, so it checks a vLLM server too:
 `vllm:e2e_request_latency_seconds` and `vllm:time_to_first_token_seconds`, the counters
 `vllm:generation_tokens_total`, `vllm:request_success_total`, `vllm:num_preemptions_total`,
 `vllm:prefix_cache_queries_total` and `vllm:prefix_cache_hits_total`, and this project's gauge
-`vllm:fragmentation`. Thresholds: `paged.health`.
+`paged:kv_cache_fragmentation`. Thresholds: `paged.health`.
 
-`GET /debug/kv` (this project's server; optional) answers one JSON object:
+`GET /debug/kv` (this project's server, `paged.serve.debug_kv.kv_report`; optional) answers:
 
-    {"block_size": 16,
-     "pool": {"num_blocks": int, "free": int, "cached": int, "used": int, "fragmentation": float},
-     "requests": [{"request_id": str, "num_blocks": int, "num_tokens": int}, ...],
-     "audit": {"ok": bool, "leaks": [{"block": int, "ref_count": int}, ...]}}
+    {"pool": {"num_blocks", "block_size", "free", "cached", "used", "fragmentation", "allocations", "frees"},
+     "requests": [{"request_id", "sequence", "status", "num_tokens", "num_computed_tokens", "block_table"}, ...],
+     "audit": {"ok": bool, "mismatched_ref_counts": [{"block", "ref_cnt", "holders"}, ...],
+               "leaked_blocks": [block id, ...], "orphan_tables": [request id, ...]}}
 
-`pool`: the GPU block pool, where free (no owner, no cached content) + cached (no owner, content
-kept for prefix hits) + used (held by a request) = num_blocks, and fragmentation is the share of
-allocated slots holding no token; `requests`: who holds blocks; `audit`: the result of checking
-every block's reference count against the block tables that hold it (`leaks`: blocks referenced
-by no request, or by fewer than their count says).
+`pool`: the GPU block pool, where free (no reference; `cached` of them still hold a prefix-cache
+entry) + used (referenced) = num_blocks, and fragmentation is the share of allocated slots
+holding no token; `requests`: who holds which blocks; `audit`: every block's reference count
+checked against the live block tables that hold it (`leaked_blocks`: referenced by no live table).
 
 Exit status: 0 when nothing warns, 1 when a check warns, 2 when the server cannot be read.
 """
@@ -123,9 +122,9 @@ def check_preemptions(before: Scrape, after: Scrape) -> Check:
 def check_fragmentation(after: Scrape, kv: dict | None) -> Check:
     name = f"fragmentation < {health.FRAGMENTATION:.0%}"
     pool = (kv or {}).get("pool") or {}
-    value = pool.get("fragmentation", after.value("vllm:fragmentation"))
+    value = pool.get("fragmentation", after.value("paged:kv_cache_fragmentation"))
     if value is None:
-        return Check(name, "SKIP", "neither /debug/kv nor vllm:fragmentation says")
+        return Check(name, "SKIP", "neither /debug/kv nor paged:kv_cache_fragmentation says")
     why = ": blocks too large for the requests' lengths (a smaller block_size)" if value >= health.FRAGMENTATION \
         else ""
     return _band(name, value < health.FRAGMENTATION, f"{value:.1%} of allocated KV slots hold no token{why}")
@@ -154,10 +153,12 @@ def check_leaks(kv: dict | None) -> Check:
     if "ok" not in audit:
         problems.append("no audit in /debug/kv")
     elif not audit["ok"]:
-        problems.append(f"the audit found {len(audit.get('leaks') or [])} leaked block(s)")
-    parts = [pool.get(k) for k in ("free", "cached", "used", "num_blocks")]
-    if None not in parts and parts[0] + parts[1] + parts[2] != parts[3]:
-        problems.append(f"free {parts[0]} + cached {parts[1]} + used {parts[2]} != {parts[3]} blocks")
+        problems.append(f"the audit found {len(audit.get('leaked_blocks') or [])} leaked block(s), "
+                        f"{len(audit.get('mismatched_ref_counts') or [])} reference count(s) off and "
+                        f"{len(audit.get('orphan_tables') or [])} table(s) of no live request")
+    parts = [pool.get(k) for k in ("free", "used", "num_blocks")]
+    if None not in parts and parts[0] + parts[1] != parts[2]:
+        problems.append(f"free {parts[0]} + used {parts[1]} != {parts[2]} blocks")
     if problems:
         return Check(name, "SKIP" if problems == ["no audit in /debug/kv"] else "WARN", "; ".join(problems))
     return Check(name, "PASS", f"every block's reference count matches its holders ({pool.get('used', '?')} of "

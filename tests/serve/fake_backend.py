@@ -7,7 +7,7 @@ tokens ("t0 t1 ..."), one each `--token-delay-s`, and names itself in every answ
 `system_fingerprint`, so that a test sees which backend served a request through the router.
 `/metrics` exports what a vLLM-compatible server would (`vllm:kv_cache_usage_perc`,
 `vllm:num_requests_running`, the latency histograms and token and preemption counters that
-`paged doctor` reads); `/debug/kv` the pool as `paged doctor` documents it. A test sets the
+`paged doctor` reads); `/debug/kv` in the real server's layout (`paged.serve.debug_kv`). A test sets the
 reported KV usage with `POST /fake/kv_usage {"value": x}`. Options it does not know (an engine's,
 passed through by `paged launch`) are ignored.
 """
@@ -129,11 +129,14 @@ def create_app(name: str, model: str, token_delay_s: float, kv_usage: float, lea
     async def debug_kv():
         num_blocks = 1000
         used = int(round(state["kv_usage"] * num_blocks))
-        return {"block_size": 16,
-                "pool": {"num_blocks": num_blocks, "free": num_blocks - used, "cached": 0, "used": used,
-                         "fragmentation": 0.02},
+        # the layout of the real server's report (paged.serve.debug_kv.kv_report)
+        leaked = list(range(leaks))
+        return {"pool": {"num_blocks": num_blocks, "block_size": 16, "free": num_blocks - used, "cached": 0,
+                         "used": used, "fragmentation": 0.02, "allocations": used, "frees": 0},
                 "requests": [],
-                "audit": {"ok": leaks == 0, "leaks": [{"block": i, "ref_count": 1} for i in range(leaks)]}}
+                "audit": {"ok": leaks == 0, "leaked_blocks": leaked,
+                          "mismatched_ref_counts": [{"block": i, "ref_cnt": 1, "holders": 0} for i in leaked],
+                          "orphan_tables": []}}
 
     @app.post("/fake/kv_usage")
     async def set_kv_usage(request: Request):

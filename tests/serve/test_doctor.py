@@ -76,3 +76,23 @@ def test_an_unreachable_server_is_exit_status_2(capsys):
 
     assert main([f"http://127.0.0.1:{free_port()}", "--interval", "0"]) == 2
     assert "cannot read" in capsys.readouterr().err
+
+
+def test_against_the_real_server_it_reads_every_check_and_a_leak(server, model_name, capsys):
+    """The real `paged serve` exports what doctor reads: no check is skipped for a missing
+    metric, the audit of a healthy pool passes, and the same report with a leaked block warns."""
+    from paged.serve.doctor import check_leaks
+
+    for i in range(3):
+        r = server.post("/v1/completions", json={"model": model_name, "prompt": [5, 6, 7, 8 + i], "max_tokens": 4})
+        assert r.status_code == 200, r.text
+    _, checks = doctor(server.url, capsys)
+    skipped = {name: c["detail"] for name, c in checks.items() if c["status"] == "SKIP"}
+    assert all(name.startswith("prefix cache hit rate") for name in skipped), skipped  # no prompt in 0.3 s
+    assert checks["KV block audit: no leaks"]["status"] == "PASS"
+    assert checks["fragmentation < 10%"]["status"] in ("PASS", "WARN")
+
+    report = server.get("/debug/kv").json()
+    report["audit"] = {**report["audit"], "ok": False, "leaked_blocks": [3]}
+    leak = check_leaks(report)
+    assert leak.status == "WARN" and "1 leaked" in leak.detail
