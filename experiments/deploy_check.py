@@ -141,22 +141,22 @@ def flags(options: dict) -> list[str]:
 
 
 @contextmanager
-def launched(router: str, setup: Setup, log_dir: Path):
-    """`paged launch` of the replicas and the router: (router URL, replica URLs); always stopped."""
+def launched(router: str, setup: Setup, log_dir: Path, replicas: int = REPLICAS):
+    """`paged launch` of `replicas` engines and the router: (router URL, replica URLs); always stopped."""
     port = free_port()
-    cmd = [sys.executable, "-m", "paged", "launch", "--model", MODEL, "--replicas", str(REPLICAS), "--router", router,
+    cmd = [sys.executable, "-m", "paged", "launch", "--model", MODEL, "--replicas", str(replicas), "--router", router,
            "--port", str(port), "--log-dir", str(log_dir), *flags(engine_options(setup)), "--log-level", "warning"]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        replicas = []
+        urls = []
         for line in proc.stdout:  # the launcher names each replica, then the router once all are healthy
             if m := re.match(r"replica \d+: pid \d+ at (\S+)", line):
-                replicas.append(m.group(1))
+                urls.append(m.group(1))
             if line.startswith("router:"):
                 break
         else:
             raise RuntimeError(f"paged launch exited with {proc.wait()}: see {log_dir}")
-        yield f"http://127.0.0.1:{port}", replicas
+        yield f"http://127.0.0.1:{port}", urls
     finally:
         proc.send_signal(signal.SIGINT)
         try:
@@ -176,14 +176,14 @@ def prefix_counters(urls: list[str]) -> np.ndarray:
     return total
 
 
-def measure(router: str, setup: Setup, workload: Workload, vocab: int, log_dir: Path) -> dict:
-    """The workload replayed against the real replicas behind `router`: bench serve's summary,
-    with the hit rate the replicas counted."""
-    with launched(router, setup, log_dir) as (url, replicas):
+def measure(router: str, setup: Setup, workload: Workload, vocab: int, log_dir: Path, replicas: int = REPLICAS) -> dict:
+    """The workload replayed against `replicas` real engines behind `router`: bench serve's
+    summary, with the hit rate the replicas counted."""
+    with launched(router, setup, log_dir, replicas) as (url, urls):
         prompts = PromptMaker(workload, vocab_size=vocab, min_token_id=MIN_TOKEN_ID)
-        before = prefix_counters(replicas)
+        before = prefix_counters(urls)
         records, wall = asyncio.run(replay(url, first_model(url), workload, prompts))
-        queries, hits = prefix_counters(replicas) - before
+        queries, hits = prefix_counters(urls) - before
     summary = summarize(workload, records, wall)
     summary["prefix_cache_hit_rate"] = hits / queries if queries else float("nan")
     return summary
