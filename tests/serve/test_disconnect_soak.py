@@ -44,10 +44,13 @@ def test_a_client_leaving_mid_stream_aborts_and_frees_its_blocks(server):
     assert kv["audit"]["ok"], kv["audit"]
 
 
+SOAK_REQUESTS = 2000  # the "a few thousand": a server lives for months
+
+
 def test_soak_of_mixed_requests_leaves_no_block_behind(server, model_name):
     rng = random.Random(0)
     bodies = []
-    for i in range(240):
+    for i in range(SOAK_REQUESTS):
         chat = rng.random() < 0.4
         body = {"messages": [{"role": "user", "content": f"question {i}"}]} if chat else \
             {"prompt": rng.choice([f"prompt {i}", [rng.randrange(256) for _ in range(rng.randrange(1, 60))],
