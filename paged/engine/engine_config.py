@@ -16,7 +16,8 @@ from paged.core.validation import is_int, is_number, is_power_of_two, require
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 KV_CACHE_DTYPES = ("auto", "fp16", "int8", "fp8", "int4")  # how K/V are stored: paged.engine.cache_engine
-SWAP_COMPRESSIONS = (None, "lz4", "lz4-shuffle")  # paged.engine.swap_compression
+# paged.engine.swap_compression.CODECS, named here so that a config does not import lz4 (an optional extra)
+SWAP_COMPRESSIONS = (None, "lz4", "lz4-shuffle")
 DEFAULT_CPU_KV_CACHE_BYTES = 256 << 20  # ~5.8k tokens of SmolLM2-135M in float32 (allocated and zeroed at start)
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048
 DEFAULT_MAX_NUM_SEQS = 256

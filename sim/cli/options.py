@@ -12,6 +12,7 @@ from paged.workloads.options import add_workload_options, numbers
 from paged.workloads.traces import REPO
 
 from .. import breakdown, calibrate_cmd
+from ..compressed_swap import CODECS as SWAP_CODECS
 from ..sim_config import ROUTERS, SimConfig
 from .search_command import add_search_parser
 
@@ -51,7 +52,7 @@ def add_sim_options(p: argparse.ArgumentParser) -> None:
                    help="never reuse the KV blocks of a shared prefix")
     g.add_argument("--watermark", type=float, default=d.watermark,
                    help="fraction of blocks kept free when admitting, so that running requests can grow")
-    g.add_argument("--swap-compression", default=d.swap_compression, choices=("lz4", "lz4-shuffle"),
+    g.add_argument("--swap-compression", default=d.swap_compression, choices=SWAP_CODECS,
                    help="swapped blocks LZ4-compressed on the host, modelled from a measured profile")
     g.add_argument("--swap-profile", default=d.swap_profile,
                    help="python -m paged.engine.swap_profile's JSON (default: the one measured on SmolLM2-135M)")

@@ -66,3 +66,11 @@ def test_compressed_swap_keeps_greedy_output(tiny_llama, codec, kv_cache_dtype):
     assert log.swapped_out > 0 and log.swapped_in > 0 and llm.llm_engine.cache.host_cache is None
     assert pool.raw_bytes_out > 0 and pool.stored_bytes == 0
     assert_all_blocks_free(llm)
+
+
+def test_the_config_names_exactly_the_codecs_there_are():
+    """EngineConfig names the codecs without importing lz4; the two lists must not drift."""
+    from paged.engine.engine_config import SWAP_COMPRESSIONS
+    from paged.engine.swap_compression import CODECS
+
+    assert SWAP_COMPRESSIONS == (None, *CODECS)
