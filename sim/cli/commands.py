@@ -10,6 +10,7 @@ from pathlib import Path
 from paged.metrics_summary import format_summary, jsonable
 from paged.workloads.traces import AZURE_CONV
 
+from ..gpu_cost import is_gpu_cost_model
 from ..sim_config import ROUTERS, SimConfig
 from .options import sim_config
 from .outputs import check_output_paths, write_outputs
@@ -22,7 +23,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     check_output_paths(args)
     config = sim_config(args)
     workload = workload_for_run(args, config)
-    if isinstance(config.cost_model, str) and config.cost_model != "roofline" and config.num_gpu_blocks is None:
+    profile_file = (isinstance(config.cost_model, str) and config.cost_model != "roofline"
+                    and not is_gpu_cost_model(config.cost_model))
+    if profile_file and config.num_gpu_blocks is None:
         print(f"warning: step times come from the profile {config.cost_model}, but the KV cache is sized from "
               f"{config.hardware}'s memory (--hardware); give the profiled engine's --num-gpu-blocks to simulate it",
               file=sys.stderr)

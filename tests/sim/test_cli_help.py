@@ -53,3 +53,11 @@ def test_a_profiled_cost_model_on_an_unmatched_gpu_is_warned_of(tmp_path, azure_
     assert "warning: step times come from the profile" in capsys.readouterr().err
     assert main([*argv, "--num-gpu-blocks", "500"]) == 0
     assert "warning" not in capsys.readouterr().err
+
+
+def test_gpu_cost_models_size_the_kv_cache_without_a_warning(azure_conv, capsys):
+    """The default (calibrated) and measured GPU profiles describe the --hardware GPU itself."""
+    assert main(["run", "--trace", str(azure_conv), "--num-requests", "10"]) == 0
+    assert "warning" not in capsys.readouterr().err
+    assert main(["run", "--trace", str(azure_conv), "--num-requests", "10", "--cost-model", "roofline"]) == 0
+    assert "warning" not in capsys.readouterr().err
