@@ -148,6 +148,13 @@ class LLMEngine:
             pass
         return rid
 
+    def tokens_prompt(self, prompt: Prompt) -> dict:
+        """`prompt` as a TokensPrompt: its token ids, and its text where it has one (what
+        `add_request` takes as it is). For a server that must know a prompt's length before
+        queueing it; the ValueError `add_request` would raise for a bad prompt."""
+        text, ids = self._tokenize(prompt)
+        return {"prompt_token_ids": ids} if text is None else {"prompt": text, "prompt_token_ids": ids}
+
     def _tokenize(self, prompt: Prompt) -> tuple[str | None, list[int]]:
         """A string is tokenized; any other sequence (list, tuple, 1-D array) is token ids, numpy
         integers included. A dict is vLLM's TextPrompt ({"prompt": text}) or TokensPrompt

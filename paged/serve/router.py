@@ -12,7 +12,9 @@ backend's KV events say it caches (`paged.serve.kv_sync`, polled every `--kv-eve
 into the engine's blocks, is routed by kv_aware on load alone. Streams pass through event by
 event. `/v1/models` comes from the first healthy backend; `/health` is 200 while one backend is
 in service; `/metrics` counts what the router did per backend (`paged.serve.router_metrics`);
-`/kv/view` shows kv_aware's view of each backend's cache.
+`/kv/view` shows kv_aware's view of each backend's cache. Clients' `Authorization` headers pass
+through to the backends, which check them; the router's own reads of the backends' KV events
+carry `--api-key` (the backends' key), which no client request ever gets.
 
 Faults: every backend is probed each `--health-interval-s`; one that fails is taken out until it
 answers again. A request that cannot connect to its backend is retried on another; one whose
@@ -27,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
@@ -59,6 +62,7 @@ class RouterConfig:
     read_timeout_s: float = 600.0  # between two reads from a backend: a non-streamed answer comes in one read
     abort_after_failed_probes: int = 3  # then the requests in flight on a backend that hangs are failed
     kv_events_interval_s: float = 0.25  # kv_aware: between two reads of a backend's KV events
+    api_key: str | None = None  # the backends' key, for the router's own requests (KV events)
 
 
 class InFlight:
@@ -102,7 +106,8 @@ class Forwarder:
                          for url in config.backends]
         self.policy = make_router(config.policy, len(self.backends), block_size=config.block_size)
         self.metrics = RouterMetrics(self.backends)
-        self.kv_syncs = ([KVSync(b, self.policy.replica_events(i), config.block_size)
+        own = {} if config.api_key is None else {"authorization": f"Bearer {config.api_key}"}
+        self.kv_syncs = ([KVSync(b, self.policy.replica_events(i), config.block_size, own)
                           for i, b in enumerate(self.backends)] if config.policy == "kv_aware" else [])
 
     def prompt_key(self, payload: dict) -> list | None:
@@ -197,11 +202,12 @@ class Forwarder:
         finally:
             await close()
 
-    async def models(self) -> Response:
+    async def models(self, request: Request) -> Response:
+        headers = {k: v for k, v in request.headers.items() if k in FORWARDED_HEADERS}
         for backend in self.backends:
             if backend.healthy:
                 try:
-                    r = await backend.client.get(f"{backend.url}/v1/models")
+                    r = await backend.client.get(f"{backend.url}/v1/models", headers=headers)
                 except httpx.HTTPError:
                     continue
                 return Response(r.content, r.status_code, media_type=r.headers.get("content-type"))
@@ -242,8 +248,8 @@ def create_app(config: RouterConfig) -> FastAPI:
         return await fwd.completion(request, "/v1/chat/completions")
 
     @app.get("/v1/models")
-    async def models() -> Response:
-        return await fwd.models()
+    async def models(request: Request) -> Response:
+        return await fwd.models(request)
 
     @app.get("/health")
     async def health() -> Response:
@@ -286,6 +292,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="fail the requests in flight on a backend after this many failed probes in a row")
     p.add_argument("--kv-events-interval-s", type=float, default=d.kv_events_interval_s,
                    help="kv_aware: how often each backend's KV events are read")
+    p.add_argument("--api-key", default=os.environ.get("PAGED_API_KEY"),
+                   help="the backends' --api-key (default $PAGED_API_KEY), sent on the router's own requests to "
+                        "them: kv_aware's reads of /kv/events and /kv/blocks. Clients' requests are passed on "
+                        "with their own Authorization header, never this key")
     p.add_argument("--log-level", default="warning")
     return p
 
@@ -296,6 +306,6 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     config = RouterConfig(args.backend, args.policy, args.block_size, args.health_interval_s, args.health_timeout_s,
                           args.connect_timeout_s, args.read_timeout_s, args.abort_after_failed_probes,
-                          args.kv_events_interval_s)
+                          args.kv_events_interval_s, args.api_key)
     uvicorn.run(create_app(config), host=args.host, port=args.port, log_level=args.log_level, access_log=False)
     return 0

@@ -102,8 +102,10 @@ def strict_server(tiny_chat_model, tmp_path_factory):
         yield s
 
 
-def test_api_key_is_required_on_v1_and_debug(strict_server):
-    for path in ("/v1/models", "/debug/kv"):
+def test_api_key_is_required_everywhere_but_health_and_metrics(strict_server):
+    """vLLM's rule for /v1, /health and /metrics; the KV endpoints (which vLLM serves on a ZMQ
+    socket of its own, not over HTTP) and /debug/kv are guarded like /v1."""
+    for path in ("/v1/models", "/debug/kv", "/kv/events", "/kv/events?since=3", "/kv/blocks"):
         assert_error(strict_server.get(path), 401, "API key")
         assert_error(strict_server.get(path, headers={"Authorization": "Bearer wrong"}), 401)
         assert_error(strict_server.get(path, headers={"Authorization": "s3cret"}), 401)

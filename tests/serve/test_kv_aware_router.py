@@ -118,3 +118,24 @@ def test_the_routers_view_is_each_replicas_cache(kv_cluster):
         complete(b.url, model, prompt(seed + 10, 13 * BLOCK))
     assert not set(hashes(prompt(30, 13 * BLOCK))) <= cached(a)  # the pool is too small for all four
     wait_until(lambda: view(router) == [cached(a), cached(b)], "the router's view equals each replica's cache")
+
+
+def test_the_router_follows_a_keyed_replica_with_its_key(tiny_chat_model, procs, tmp_path):
+    """A replica with an API key shows its KV endpoints to no one without it; a router given the key
+    (`--api-key`) follows its cache. Clients' requests go on with their own Authorization header,
+    never the router's key."""
+    key = {"Authorization": "Bearer k3y"}
+    with launched_server(tiny_chat_model, [*engine_flags(num_gpu_blocks=48), "--log-level", "warning"],
+                         tmp_path / "keyed.log", env={"PAGED_API_KEY": "k3y"}) as replica:
+        url, proc = start_router(procs, [replica.url], "kv_aware", "--block-size", str(BLOCK), "--api-key", "k3y",
+                                 "--kv-events-interval-s", "0.2")
+        wait_router(procs, url, proc, [replica.url])
+        ids = prompt(60, 3 * BLOCK)
+        r = httpx.post(f"{replica.url}/v1/completions", headers=key, timeout=60,
+                       json={"prompt": ids, "max_tokens": 1})
+        assert r.status_code == 200, r.text
+        wait_until(lambda: set(hashes(ids)) <= view(url)[0], "the router sees the keyed replica's cache")
+        assert httpx.get(f"{replica.url}/kv/blocks", timeout=10).status_code == 401
+        assert httpx.post(f"{url}/v1/completions", json={"prompt": ids, "max_tokens": 1}, timeout=60).status_code == 401
+        assert httpx.get(f"{url}/v1/models", timeout=10).status_code == 401
+        assert httpx.get(f"{url}/v1/models", headers=key, timeout=10).status_code == 200
