@@ -5,8 +5,12 @@ measured on SmolLM2-135M's real KV): per kv_cache_dtype and codec, the compresse
 full blocks (``ratio_full_blocks``: a long context's blocks are full but its last) and the
 single-thread ``compress_mb_s``/``decompress_mb_s``. What compression changes:
 
-- Host capacity: a block takes ``ratio`` of its bytes in the host pool, so ``swap_space_gib``
-  holds ``1 / ratio`` times the blocks.
+- Host capacity: none. The host pool holds ``swap_space_gib`` of raw blocks, as without
+  compression, because that is all the engine's can promise: the core takes a host block before
+  the block is compressed, and how far a block compresses depends on its content (noise-like
+  values not at all), so a pool sized at ``1 / ratio`` times the blocks would overrun its memory
+  whenever the blocks compressed worse than the profile (``paged.engine.swap_compression``).
+  What compression saves is host memory, ``1 - ratio`` of what the swapped blocks take.
 - Time: LZ4 runs on the host (the profile measured a CPU), so the raw block still crosses PCIe,
   and the host compresses it on the way out and decompresses it on the way back, on
   ``threads`` cores per GPU. The copy and the codec work on different blocks at once (a
@@ -61,10 +65,6 @@ class SwapProfile:
         out = max(transfer, block_bytes_per_gpu / (self.compress_mb_s * 1e6 * threads))
         back = max(transfer, block_bytes_per_gpu / (self.decompress_mb_s * 1e6 * threads))
         return (out + back) / 2
-
-    def host_blocks(self, plan: KVPlan, swap_space_gib: float, tp: int) -> int:
-        """Blocks the host pool holds once each takes ``ratio`` of its bytes."""
-        return int(swap_space_gib * 2**30 * tp // (plan.block_bytes * self.ratio))
 
 
 def with_compressed_swap(cost_model: CostModel, profile: SwapProfile, plan: KVPlan, hardware: HardwareSpec, tp: int,

@@ -69,13 +69,12 @@ def swap_profile(config: SimConfig) -> SwapProfile | None:
 
 def build_cache_config(config: SimConfig) -> CacheConfig:
     plan = kv_plan(config)
-    profile = swap_profile(config)
-    num_cpu_blocks = plan.num_cpu_blocks if profile is None else profile.host_blocks(plan, config.swap_space_gib,
-                                                                                     config.tp)
+    swap_profile(config)  # a missing measurement is refused here, before any run
     return CacheConfig(
         num_gpu_blocks=config.num_gpu_blocks or plan.num_gpu_blocks,
         block_size=config.block_size,
-        num_cpu_blocks=num_cpu_blocks if config.preemption == "swap" else 0,
+        # Compressed or not, the swap space holds as many blocks (sim.compressed_swap: why).
+        num_cpu_blocks=plan.num_cpu_blocks if config.preemption == "swap" else 0,
         enable_prefix_caching=config.enable_prefix_caching,
         watermark=config.watermark,
     )

@@ -38,11 +38,20 @@ FINISH_REASONS = {
 
 @dataclass(slots=True)
 class SamplingParams:
-    """Sampling parameters as vLLM names them; the scheduler reads `max_tokens`, `n` and stops.
+    """Sampling parameters as vLLM names them, checked here so that every driver refuses the
+    same bad values: at construction, and again by `validate()`, which a driver calls on its own
+    copy where a request enters (a caller may change a field later).
 
-    `min_tokens` (vLLM's): no EOS, stop token or stop string ends a sequence before it has that
-    many output tokens. Fields are checked at construction and again by `validate()`, which a
-    driver calls on its own copy where a request enters (a caller may change a field later).
+    Who honours which field. The scheduler reads `max_tokens` and `n`, and ends a sequence on a
+    stop token (`stop_token_ids`, and EOS unless `ignore_eos`) among the tokens its driver hands
+    it, whatever the sequence's length. Choosing the tokens is the sampling driver's: the engine
+    (`paged.engine`, torch) applies `temperature`, `top_k`, `top_p` and `seed`, ends sequences on
+    `stop` strings, and enforces `min_tokens` (vLLM's): until a sequence has that many output
+    tokens, its sampler never draws EOS or a stop token and stop strings are ignored, so the
+    scheduler is never handed an early stop. A driver that samples without that rule gets no
+    `min_tokens` from the scheduler. The simulator samples nothing: every request runs to its
+    `max_tokens` (the trace's output length, so `min_tokens` <= `max_tokens` holds it), and no
+    field but `max_tokens` and `n` changes a simulation.
     """
 
     max_tokens: int = 16

@@ -28,7 +28,6 @@ from paged.core.scheduler_base import BaseScheduler
 from paged.core.validation import is_int
 
 from .cache_engine import CacheEngine
-from .chat_template import render_chat
 from .engine_config import (
     DEFAULT_CPU_KV_CACHE_BYTES,
     DEFAULT_MAX_NUM_BATCHED_TOKENS,
@@ -148,6 +147,13 @@ class LLMEngine:
             pass
         return rid
 
+    def tokens_prompt(self, prompt: Prompt) -> dict:
+        """`prompt` as a TokensPrompt: its token ids, and its text where it has one (what
+        `add_request` takes as it is). For a server that must know a prompt's length before
+        queueing it; the ValueError `add_request` would raise for a bad prompt."""
+        text, ids = self._tokenize(prompt)
+        return {"prompt_token_ids": ids} if text is None else {"prompt": text, "prompt_token_ids": ids}
+
     def _tokenize(self, prompt: Prompt) -> tuple[str | None, list[int]]:
         """A string is tokenized; any other sequence (list, tuple, 1-D array) is token ids, numpy
         integers included. A dict is vLLM's TextPrompt ({"prompt": text}) or TokensPrompt
@@ -185,17 +191,10 @@ class LLMEngine:
 
     def chat_prompt(self, messages, chat_template: str | None = None, add_generation_prompt: bool = True,
                     **template_kwargs) -> dict:
-        """The prompt for chat `messages`: the model's template (or `chat_template`) rendered, then
-        tokenized without added special tokens. A TokensPrompt with its text, for add_request."""
-        tok = self.tokenizer
-        if tok is None:
+        """The prompt for chat `messages` (`Tokenizer.chat_prompt`): a TokensPrompt with its text, for add_request."""
+        if self.tokenizer is None:
             raise ValueError("this model has no tokenizer (no tokenizer.json): chat needs one")
-        text = render_chat(chat_template or tok.chat_template, messages, bos_token=tok.bos_token,
-                           eos_token=tok.eos_token, add_generation_prompt=add_generation_prompt, **template_kwargs)
-        ids = tok.encode(text, add_special_tokens=False)
-        if not ids:
-            raise ValueError("the chat template rendered these messages as an empty prompt")
-        return {"prompt": text, "prompt_token_ids": ids}
+        return self.tokenizer.chat_prompt(messages, chat_template, add_generation_prompt, **template_kwargs)
 
     def abort_request(self, request_id: str) -> RequestOutput | None:
         """Stop a request and all its sequences; their blocks are free when this returns.

@@ -7,6 +7,11 @@
 All prompts are queued before the first step, so the scheduler sees the whole batch and
 continuous batching does the rest. A bad prompt raises a ValueError naming its index before
 any step runs, and leaves the engine as it was.
+
+A prompt longer than max_model_len is refused; a `max_tokens` that would take a sequence past
+it is not: the sequence stops at max_model_len with finish_reason "length", as in vLLM's `LLM`
+(a batch job wants its outputs, not an error). `paged serve` refuses such a request with a 400
+instead, as vLLM's OpenAI server does (`paged.serve.protocol.fit_context`).
 """
 from __future__ import annotations
 

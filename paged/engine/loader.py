@@ -49,24 +49,44 @@ def resolve_model_path(model: str | Path) -> Path:
 
 def load_model(model: str | Path, *, tokenizer: str | Path | None = None, dtype: torch.dtype = torch.float32,
                device: torch.device | str = "cpu") -> LoadedModel:
-    path = resolve_model_path(model)
+    path = _model_file(model)
+    gguf = None
     if path.is_dir():
-        config, weights, tok = _read_hf_folder(path)
-    elif path.suffix == ".gguf":
+        config, weights = _read_hf_folder(path)
+    else:
         gguf = GGUFFile(path)
         config = gguf.model_config()
         weights = gguf.weights(config)
-        tok = Tokenizer.from_gguf(gguf.fields) if tokenizer is None else None
-    else:
-        raise ValueError(f"model {str(model)!r}: expected a Hugging Face folder (config.json + *.safetensors) "
-                         f"or a .gguf file")
-    if tokenizer is not None:
-        tok = Tokenizer.from_folder(resolve_model_path(tokenizer))
+    tok = _tokenizer(path, tokenizer, gguf)
     with torch.device(device), _default_dtype(dtype):
         module = get_model_class(config)(config)
     with torch.no_grad():
         module.load_weights(weights)
     return LoadedModel(module.eval(), config, tok, path)
+
+
+def load_tokenizer(model: str | Path, tokenizer: str | Path | None = None) -> Tokenizer | None:
+    """The tokenizer `load_model(model, tokenizer=tokenizer)` gives, without reading the weights:
+    for a router that must cut text into the replicas' tokens (`paged router --tokenizer`)."""
+    return _tokenizer(_model_file(model), tokenizer)
+
+
+def _model_file(model: str | Path) -> Path:
+    path = resolve_model_path(model)
+    if not (path.is_dir() or path.suffix == ".gguf"):
+        raise ValueError(f"model {str(model)!r}: expected a Hugging Face folder (config.json + *.safetensors) "
+                         f"or a .gguf file")
+    return path
+
+
+def _tokenizer(path: Path, tokenizer: str | Path | None, gguf: GGUFFile | None = None) -> Tokenizer | None:
+    """`tokenizer`'s folder when given; else the model folder's tokenizer.json (None without
+    one), or the GGUF file's own vocabulary."""
+    if tokenizer is not None:
+        return Tokenizer.from_folder(resolve_model_path(tokenizer))
+    if path.is_dir():
+        return Tokenizer.from_folder(path) if (path / "tokenizer.json").exists() else None
+    return Tokenizer.from_gguf((gguf or GGUFFile(path)).fields)
 
 
 def _read_hf_folder(path: Path):
@@ -87,8 +107,7 @@ def _read_hf_folder(path: Path):
     files = sorted(path.glob("*.safetensors"))
     if not files:
         raise ValueError(f"{path}: no *.safetensors weights (other weight formats are not supported)")
-    tok = Tokenizer.from_folder(path) if (path / "tokenizer.json").exists() else None
-    return ModelConfig.from_hf(raw), _safetensors(files), tok
+    return ModelConfig.from_hf(raw), _safetensors(files)
 
 
 def _safetensors(files: list[Path]):

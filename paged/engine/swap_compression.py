@@ -6,6 +6,17 @@ unit compressed (one LZ4 frame: that block's K and V in every layer, then its pe
 if the format has them). A host block is read exactly once after it is written (the core frees
 it on swap-in), so its frame is dropped then and `stored_bytes` is what the pool holds now.
 
+A block never takes more than its raw bytes: where LZ4 would expand it (incompressible bytes,
+such as noise-like float16 values: a frame's headers add ~0.01%), it is kept as it is. So the
+pool never holds more than `num_cpu_blocks` raw blocks' bytes, the `swap_space` it was given.
+Compression does not give the pool more blocks: the core takes a host block for a swap-out
+before the block's bytes are compressed (it counts blocks, never bytes, and cannot be told "no"
+afterwards), and how far a block compresses depends on its content (the measured profile:
+0.99-1.0 of a full block, 0.9 with partly empty last blocks; ~1.0 for noise). A pool sized at
+swap_space / (ratio x block) would break its budget whenever the blocks compressed worse than the
+ratio it was sized with. What compression saves is host memory (`stored_bytes` < the blocks'
+raw bytes), not blocks; the simulator models it the same way (`sim.compressed_swap`).
+
 Codecs: "lz4" compresses the bytes as they lie; "lz4-shuffle" first groups each value's bytes by
 significance (all first bytes, then all second bytes, ...: Blosc's shuffle), so that the
 slowly varying high bytes of float16/float32 values (sign, exponent) sit together where LZ4 can
@@ -40,18 +51,25 @@ def _from_bytes(raw: np.ndarray, like: torch.Tensor, shuffle: bool) -> torch.Ten
     return torch.from_numpy(np.ascontiguousarray(raw)).view(like.dtype).view(like.shape)
 
 
+def _join(tensors: list[torch.Tensor], shuffle: bool) -> bytes:
+    return np.concatenate([_as_bytes(t, shuffle) for t in tensors]).tobytes()
+
+
 def compress(tensors: list[torch.Tensor], codec: str) -> bytes:
     """One LZ4 frame holding ``tensors`` (CPU) one after the other."""
     if codec not in CODECS:
         raise ValueError(f"swap compression codec {codec!r}: expected one of {list(CODECS)}")
-    shuffle = codec == "lz4-shuffle"
-    return lz4.frame.compress(np.concatenate([_as_bytes(t, shuffle) for t in tensors]).tobytes())
+    return lz4.frame.compress(_join(tensors, codec == "lz4-shuffle"))
 
 
 def decompress(frame: bytes, like: list[torch.Tensor], codec: str) -> list[torch.Tensor]:
     """Inverse of :func:`compress`: tensors shaped and typed like ``like``, in order."""
-    shuffle = codec == "lz4-shuffle"
     raw = np.frombuffer(lz4.frame.decompress(frame, return_bytearray=True), dtype=np.uint8)  # writable
+    return _split(raw, like, codec == "lz4-shuffle")
+
+
+def _split(raw: np.ndarray, like: list[torch.Tensor], shuffle: bool) -> list[torch.Tensor]:
+    """Bytes one tensor after the other -> tensors shaped and typed like ``like``."""
     out, start = [], 0
     for t in like:
         end = start + t.numel() * t.element_size()
@@ -63,13 +81,13 @@ def decompress(frame: bytes, like: list[torch.Tensor], codec: str) -> list[torch
 
 
 class CompressedHostPool:
-    """Host block id -> the LZ4 frame of that block."""
+    """Host block id -> that block's LZ4 frame, or its raw bytes where the frame would be larger."""
 
     def __init__(self, codec: str) -> None:
         if codec not in CODECS:
             raise ValueError(f"swap compression codec {codec!r}: expected one of {list(CODECS)}")
         self.codec = codec
-        self.frames: dict[int, bytes] = {}
+        self.frames: dict[int, tuple[bool, bytes]] = {}  # (compressed, data)
         self.stored_bytes = 0  # compressed bytes held now
         self.raw_bytes_out = 0  # uncompressed bytes of every block swapped out so far
         self.compressed_bytes_out = 0  # their compressed size
@@ -77,13 +95,17 @@ class CompressedHostPool:
     def put(self, host_block: int, tensors: list[torch.Tensor]) -> None:
         """Store one block (``tensors``: its K/V of every layer, its scales) under ``host_block``."""
         frame = compress(tensors, self.codec)
-        self.stored_bytes += len(frame) - len(self.frames.get(host_block, b""))
-        self.frames[host_block] = frame
-        self.raw_bytes_out += sum(t.numel() * t.element_size() for t in tensors)
-        self.compressed_bytes_out += len(frame)
+        raw_bytes = sum(t.numel() * t.element_size() for t in tensors)
+        stored = (True, frame) if len(frame) < raw_bytes else (False, _join(tensors, shuffle=False))
+        self.stored_bytes += len(stored[1]) - len(self.frames.get(host_block, (True, b""))[1])
+        self.frames[host_block] = stored
+        self.raw_bytes_out += raw_bytes
+        self.compressed_bytes_out += len(stored[1])
 
     def take(self, host_block: int, like: list[torch.Tensor]) -> list[torch.Tensor]:
         """The block stored under ``host_block``, shaped like ``like``; the host block is empty after."""
-        frame = self.frames.pop(host_block)
-        self.stored_bytes -= len(frame)
-        return decompress(frame, like, self.codec)
+        compressed, data = self.frames.pop(host_block)
+        self.stored_bytes -= len(data)
+        if compressed:
+            return decompress(data, like, self.codec)
+        return _split(np.frombuffer(bytearray(data), dtype=np.uint8), like, shuffle=False)

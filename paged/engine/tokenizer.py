@@ -12,6 +12,8 @@ from pathlib import Path
 from tokenizers import AddedToken, decoders, models, pre_tokenizers
 from tokenizers import Tokenizer as Backend
 
+from .chat_template import render_chat
+
 # llama.cpp's pre-tokenizer names (`tokenizer.ggml.pre`) that a byte-level BPE can reproduce here.
 # "smollm" (and StarCoder's family) splits every digit on its own before the GPT-2 regex.
 _GGUF_PRE_TOKENIZERS = {
@@ -43,6 +45,18 @@ class Tokenizer:
 
     def decode(self, token_ids: list[int]) -> str:
         return self.backend.decode(token_ids, skip_special_tokens=True)
+
+    def chat_prompt(self, messages, chat_template: str | None = None, add_generation_prompt: bool = True,
+                    **template_kwargs) -> dict:
+        """The prompt for chat `messages`: the model's template (or `chat_template`) rendered, then
+        tokenized without added special tokens (the template writes its own). A TokensPrompt with
+        its text; the server and a router with `--tokenizer` both make chat prompts here."""
+        text = render_chat(chat_template or self.chat_template, messages, bos_token=self.bos_token,
+                           eos_token=self.eos_token, add_generation_prompt=add_generation_prompt, **template_kwargs)
+        ids = self.encode(text, add_special_tokens=False)
+        if not ids:
+            raise ValueError("the chat template rendered these messages as an empty prompt")
+        return {"prompt": text, "prompt_token_ids": ids}
 
     @classmethod
     def from_folder(cls, folder: Path) -> Tokenizer:

@@ -4,10 +4,13 @@
     GET  /v1/models, /health, /metrics, /debug/kv
     GET  /kv/events?since=SEQ, /kv/blocks        (the prefix cache's changes, for routers: `kv_events`)
 
-With an API key, /v1 and /debug need `Authorization: Bearer <key>` (vLLM protects /v1; the
-block tables are no one else's business either); /health and /metrics stay open for probes and
-scrapers, and so do /kv/events and /kv/blocks, which the router polls without a key (block
-hashes, not tokens: they tell only someone who can guess a prompt whether it is cached). Bodies
+With an API key, every route but /health and /metrics needs `Authorization: Bearer <key>`:
+vLLM checks its key on /v1 and leaves /health and /metrics open for probes and scrapers, as
+here; it publishes KV events on a ZMQ socket of its own, not over HTTP, so /kv/events and
+/kv/blocks (which tell anyone who can guess a prompt whether it is cached, and when) and
+/debug/kv (every request's block table) are guarded here like /v1. The router reads the KV
+endpoints with the key it is given (`paged router --api-key`; `paged launch` hands it the
+replicas' key). Bodies
 over `max_body_bytes` get 413; with `max_waiting`, a request arriving while that many wait gets
 503 with Retry-After instead of a place in an ever longer queue.
 """
@@ -27,10 +30,11 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from paged.engine import AsyncLLM
 
 from .debug_kv import kv_report
+from .disconnect import cancel_on_disconnect
 from .errors import APIError, error_body, install_error_handlers
 from .kv_events import DEFAULT_CAPACITY, KVEventLog, snapshot
 from .metrics import ServerMetrics, scheduler_snapshot
-from .protocol import GenerateRequest, chat_request, completion_request, parse_json, read_body
+from .protocol import GenerateRequest, chat_request, completion_request, fit_context, parse_json, read_body
 from .responses import ResponseBuilder
 from .streams import merge
 
@@ -85,11 +89,11 @@ def build_app(engine: AsyncLLM, settings: ServeSettings) -> FastAPI:
     async def debug_kv() -> JSONResponse:
         return JSONResponse(await engine.inspect(kv_report))
 
-    @app.get("/kv/events")
+    @app.get("/kv/events", dependencies=protected)
     async def kv_events(since: int = 0) -> JSONResponse:
         return JSONResponse(await engine.inspect(lambda _: kv_log.since(since)))
 
-    @app.get("/kv/blocks")
+    @app.get("/kv/blocks", dependencies=protected)
     async def kv_blocks() -> JSONResponse:
         return JSONResponse(await engine.inspect(lambda e: snapshot(kv_log, e)))
 
@@ -102,8 +106,12 @@ def build_app(engine: AsyncLLM, settings: ServeSettings) -> FastAPI:
     @app.post("/v1/completions", dependencies=protected)
     async def completions(request: Request) -> Response:
         req = completion_request(parse_json(await read_body(request, settings.max_body_bytes)), names)
-        return await generate(req, ResponseBuilder(False, f"cmpl-{uuid.uuid4().hex}", req.model, req.params.n,
-                                                   req.return_token_ids))
+        try:
+            req.prompts = [llm_engine.tokens_prompt(p) for p in req.prompts]
+        except ValueError as e:
+            raise APIError.bad_request(e) from None
+        builder = ResponseBuilder(False, f"cmpl-{uuid.uuid4().hex}", req.model, req.params.n, req.return_token_ids)
+        return await cancel_on_disconnect(request, generate(req, builder, chat=False))
 
     @app.post("/v1/chat/completions", dependencies=protected)
     async def chat_completions(request: Request) -> Response:
@@ -112,15 +120,24 @@ def build_app(engine: AsyncLLM, settings: ServeSettings) -> FastAPI:
             req.prompts = [llm_engine.chat_prompt(chat_template=settings.chat_template, **chat)]
         except ValueError as e:
             raise APIError(400, str(e), "messages") from None
-        return await generate(req, ResponseBuilder(True, f"chatcmpl-{uuid.uuid4().hex}", req.model, req.params.n,
-                                                   req.return_token_ids))
+        builder = ResponseBuilder(True, f"chatcmpl-{uuid.uuid4().hex}", req.model, req.params.n, req.return_token_ids)
+        return await cancel_on_disconnect(request, generate(req, builder, chat=True))
 
-    async def generate(req: GenerateRequest, builder: ResponseBuilder) -> Response:
+    async def generate(req: GenerateRequest, builder: ResponseBuilder, chat: bool) -> Response:
+        """`req.prompts` are TokensPrompts (their lengths known), each checked against the context."""
+        params = []
+        for i, prompt in enumerate(req.prompts):
+            try:
+                params.append(fit_context(req, len(prompt["prompt_token_ids"]), max_model_len, chat))
+            except APIError as e:
+                if len(req.prompts) > 1:
+                    e.message = f"prompt {i}: {e.message}"
+                raise
         if settings.max_waiting is not None and engine.num_waiting >= settings.max_waiting:
             raise APIError(503, f"the server is busy: {engine.num_waiting} requests are waiting "
                                 f"(--max-waiting {settings.max_waiting}); retry later",
                            headers={"Retry-After": str(settings.retry_after_s)})
-        streams = [engine.generate(p, req.params, request_id=f"{builder.id}-{i}") for i, p in enumerate(req.prompts)]
+        streams = [engine.generate(p, params[i], request_id=f"{builder.id}-{i}") for i, p in enumerate(req.prompts)]
         trackers = [metrics.tracker() for _ in streams]
         outputs = merge(streams)
         try:

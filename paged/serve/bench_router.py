@@ -35,7 +35,7 @@ import numpy as np
 from paged.workloads.workload import shared_prefix_workload
 
 from .bench_serve import summarize
-from .launch import Children, free_port, wait_healthy
+from .launch import Children, free_port
 from .prompts import PromptMaker
 from .replay_workers import replay_in_processes
 
@@ -101,12 +101,12 @@ def main(argv: list[str] | None = None) -> int:
             port = free_port()
             children.start("backend", [sys.executable, "-m", "tests.serve.fake_backend", "--port", str(port)])
             backend = f"http://127.0.0.1:{port}"
-            wait_healthy(children, "backend", backend, deadline)
+            children.wait_healthy("backend", backend, deadline)
         port = free_port()
         proc = children.start("router", [sys.executable, "-m", "paged", "router", "--port", str(port),
                                          "--backend", backend])
         router = f"http://127.0.0.1:{port}"
-        wait_healthy(children, "router", router, deadline)
+        children.wait_healthy("router", router, deadline)
         result = {"router": added_latency(backend, router, args.model, args.requests, proc.pid),
                   "bench_serve": send_lateness(backend, args.model, args.rate, args.duration_s, args.output_tokens,
                                                    args.workers)}

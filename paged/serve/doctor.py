@@ -5,7 +5,8 @@
 
 It reads `/metrics` twice, `--interval` seconds apart (rates and tail latencies are over that
 window; latencies fall back to everything since the server started when no request finished in
-it), and `/debug/kv`. Metric names are vLLM's, so it checks a vLLM server too:
+it), and `/debug/kv` (with `--api-key`, or $PAGED_API_KEY, when the server has a key). Metric
+names are vLLM's, so it checks a vLLM server too:
 `vllm:kv_cache_usage_perc` (`vllm:gpu_cache_usage_perc` before v1), the histograms
 `vllm:e2e_request_latency_seconds` and `vllm:time_to_first_token_seconds`, the counters
 `vllm:generation_tokens_total`, `vllm:request_success_total`, `vllm:num_preemptions_total`,
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -172,9 +174,10 @@ def run_checks(before: Scrape, after: Scrape, interval_s: float, kv: dict | None
             check_leaks(kv)]
 
 
-def read_server(url: str, interval_s: float) -> tuple[Scrape, Scrape, float, dict | None]:
+def read_server(url: str, interval_s: float, api_key: str | None = None) -> tuple[Scrape, Scrape, float, dict | None]:
     """Two scrapes of /metrics `interval_s` apart (and the time between them), and /debug/kv
-    (None when the server has none)."""
+    (None when the server has none); a ValueError when the server refuses `api_key` there."""
+    headers = {} if api_key is None else {"Authorization": f"Bearer {api_key}"}
     with httpx.Client(timeout=10.0) as client:
         def scrape() -> Scrape:
             r = client.get(f"{url}/metrics")
@@ -184,7 +187,9 @@ def read_server(url: str, interval_s: float) -> tuple[Scrape, Scrape, float, dic
         t0, before = time.monotonic(), scrape()
         time.sleep(interval_s)
         after, t1 = scrape(), time.monotonic()
-        r = client.get(f"{url}/debug/kv")
+        r = client.get(f"{url}/debug/kv", headers=headers)
+        if r.status_code == 401:
+            raise ValueError(f"{url}/debug/kv needs the server's API key: --api-key or $PAGED_API_KEY")
         kv = r.json() if r.status_code == 200 else None
     return before, after, t1 - t0, kv
 
@@ -195,10 +200,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--interval", type=float, default=5.0, help="seconds between the two scrapes of /metrics")
     p.add_argument("--gpus", type=int, default=1, help="GPUs behind the server (for tokens/s per GPU)")
     p.add_argument("--json", action="store_true", help="print the checks as JSON")
+    p.add_argument("--api-key", default=os.environ.get("PAGED_API_KEY"),
+                   help="the server's --api-key, for /debug/kv (default $PAGED_API_KEY)")
     args = p.parse_args(argv)
     url = args.url.rstrip("/")
     try:
-        before, after, interval_s, kv = read_server(url, args.interval)
+        before, after, interval_s, kv = read_server(url, args.interval, args.api_key)
     except (httpx.HTTPError, ValueError) as e:
         print(f"doctor: cannot read {url}: {e}", file=sys.stderr)
         return 2

@@ -10,7 +10,9 @@ the backend restarted). A backend out of service has its view cleared: its cache
 and whatever it held is lost if it died. A poll that fails leaves the view as it was, to be
 brought up to date by the next one (events are set operations: applying some twice is harmless).
 A backend whose block size differs from the router's `--block-size` gets a warning: its hashes
-never match a prompt's, so kv_aware sends it requests by load alone.
+never match a prompt's, so kv_aware sends it requests by load alone. So does one that refuses the
+router's key (401: a poll that fails, logged at debug level as every failed poll is, and warned
+about once).
 """
 from __future__ import annotations
 
@@ -27,12 +29,15 @@ log = logging.getLogger("paged.router")
 
 
 class KVSync:
-    def __init__(self, backend: Backend, view: ReplicaCacheView, block_size: int) -> None:
+    def __init__(self, backend: Backend, view: ReplicaCacheView, block_size: int, headers: dict | None = None) -> None:
+        """`headers`: sent with every read (the backends' API key)."""
         self.backend = backend
+        self.headers = headers or {}
         self.view = view
         self.block_size = block_size
         self.epoch: str | None = None  # None: the view follows nothing (empty)
         self.seq = 0
+        self.refused = False  # a 401 was warned about
 
     async def poll(self, timeout_s: float) -> None:
         backend = self.backend
@@ -43,18 +48,23 @@ class KVSync:
             return
         try:
             if self.epoch is not None:
-                r = await backend.client.get(f"{backend.url}/kv/events", params={"since": self.seq}, timeout=timeout_s)
+                r = await backend.client.get(f"{backend.url}/kv/events", params={"since": self.seq}, timeout=timeout_s,
+                                           headers=self.headers)
                 r.raise_for_status()
                 page = r.json()
                 if not page["reset"] and page["epoch"] == self.epoch:
                     self._apply(page["events"])
                     self.seq = page["seq"]
                     return
-            r = await backend.client.get(f"{backend.url}/kv/blocks", timeout=timeout_s)
+            r = await backend.client.get(f"{backend.url}/kv/blocks", timeout=timeout_s, headers=self.headers)
             r.raise_for_status()
             self._resync(r.json())
         except (httpx.HTTPError, ValueError, KeyError, TypeError) as e:
             log.debug("KV events from %s: %r", backend.url, e)
+            if isinstance(e, httpx.HTTPStatusError) and e.response.status_code == 401 and not self.refused:
+                self.refused = True
+                log.warning("%s refuses the router's API key: kv_aware sees none of its cache and routes there by "
+                            "load alone (give the router the backends' key: --api-key or $PAGED_API_KEY)", backend.url)
 
     def _apply(self, events: list[dict]) -> None:
         view = self.view

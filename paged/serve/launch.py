@@ -5,7 +5,8 @@
 Each replica is `python -m paged serve --model M --host 127.0.0.1 --port <free port>` plus every
 option this command does not know (engine options, passed through unchanged), writing its
 output to `--log-dir`/replica-I.log. When all answer `/health`, `paged router` starts on
-`--port` in front of them (router.log), with the engines' `--block-size` if one is given.
+`--port` in front of them (router.log), with the engines' `--block-size` if one is given, and
+their `--api-key` (in its environment), which it sends on its own requests to them.
 SIGINT (Ctrl-C) or SIGTERM stops them all: SIGTERM, then SIGKILL after `--stop-timeout-s`.
 Every child is also asked to die with the launcher (Linux's parent-death signal), so not even a
 SIGKILL of the launcher leaves orphans.
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import os
 import shlex
 import signal
 import subprocess
@@ -29,14 +31,12 @@ import tempfile
 import time
 from pathlib import Path
 
-import httpx
-
 from paged.core.routing import ROUTERS
 
-from .server_process import free_port
+from .server_process import free_port, wait_healthy
 
 REPLICA_HOST = "127.0.0.1"  # the router, on this machine, is the replicas' only client
-POLL_S = 0.2
+POLL_S = 0.2  # between two looks at the children while serving
 
 
 class Stop(Exception):
@@ -58,12 +58,18 @@ class Children:
         self.log_dir = log_dir
         self.procs: dict[str, subprocess.Popen] = {}
 
-    def start(self, name: str, cmd: list[str]) -> subprocess.Popen:
+    def start(self, name: str, cmd: list[str], env: dict | None = None) -> subprocess.Popen:
+        """`env`: variables added to this process's environment for the child."""
         with open(self.log_dir / f"{name}.log", "ab") as log:
             proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    preexec_fn=_die_with_parent)
+                                    preexec_fn=_die_with_parent, env=None if env is None else {**os.environ, **env})
         self.procs[name] = proc
         return proc
+
+    def wait_healthy(self, name: str, url: str, deadline: float) -> None:
+        """Until `name` answers /health at `url`; RuntimeError (with its log's end) if it exits
+        first or `deadline` (time.monotonic()) passes."""
+        wait_healthy(url, self.procs[name], deadline - time.monotonic(), name, self.log_dir / f"{name}.log")
 
     def log_tail(self, name: str, lines: int = 20) -> str:
         text = (self.log_dir / f"{name}.log").read_text(errors="replace").splitlines()
@@ -84,29 +90,26 @@ class Children:
                 p.wait()
 
 
-def wait_healthy(children: Children, name: str, url: str, deadline: float) -> None:
-    proc = children.procs[name]
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{name} exited with code {proc.returncode} while starting; the end of its log "
-                               f"({children.log_dir / (name + '.log')}):\n{children.log_tail(name)}")
-        try:
-            if httpx.get(f"{url}/health", timeout=2.0).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(POLL_S)
-    raise RuntimeError(f"{name} at {url} was not healthy in time (--startup-timeout-s); see "
-                       f"{children.log_dir / (name + '.log')}")
-
-
 def block_size_option(server_options: list[str]) -> list[str]:
     """The engines' --block-size, for the router's prefix ids to name the blocks the engines
     cache (empty when the engines use their default)."""
-    p = argparse.ArgumentParser(add_help=False)
-    p.add_argument("--block-size")
-    value = p.parse_known_args(server_options)[0].block_size
+    value = _server_option(server_options, "--block-size")
     return [] if value is None else ["--block-size", value]
+
+
+def router_env(server_options: list[str]) -> dict | None:
+    """The replicas' --api-key for the router, which needs it for its own requests to them (KV
+    events): in its environment ($PAGED_API_KEY), not on its command line, where any user of the
+    machine could read it. None when the replicas take no key from their options (one in this
+    process's $PAGED_API_KEY reaches the router as it reaches the replicas)."""
+    key = _server_option(server_options, "--api-key")
+    return None if key is None else {"PAGED_API_KEY": key}
+
+
+def _server_option(server_options: list[str], flag: str) -> str | None:
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument(flag)
+    return getattr(p.parse_known_args(server_options)[0], flag.lstrip("-").replace("-", "_"))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -164,14 +167,14 @@ def _run(args: argparse.Namespace, server_options: list[str], children: Children
         urls.append(f"http://{REPLICA_HOST}:{port}")
         print(f"replica {i}: pid {proc.pid} at {urls[-1]} (log {children.log_dir / f'replica-{i}.log'})", flush=True)
     for i, url in enumerate(urls):
-        wait_healthy(children, f"replica-{i}", url, deadline)
+        children.wait_healthy(f"replica-{i}", url, deadline)
     router_cmd = [sys.executable, "-m", "paged", "router", "--policy", args.router, "--host", args.host,
                   "--port", str(args.port), *block_size_option(server_options)]
     for url in urls:
         router_cmd += ["--backend", url]
-    proc = children.start("router", router_cmd)
+    proc = children.start("router", router_cmd, router_env(server_options))
     router_url = f"http://{args.host}:{args.port}"
-    wait_healthy(children, "router", router_url, deadline)
+    children.wait_healthy("router", router_url, deadline)
     print(f"router: pid {proc.pid} at {router_url} ({args.router} over {args.replicas} replicas); "
           f"Ctrl-C stops all", flush=True)
     return _supervise(children)

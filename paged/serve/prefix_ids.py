@@ -13,8 +13,9 @@ routing needs; it does not line up with the engine's token blocks, so it predict
 holds a prefix, not how many blocks of it.
 
 `token_block_hashes` is for `kv_aware`, which matches a prompt against the block hashes the
-replicas report: only a token-id prompt has them (the engine's own chained hashes, from the same
-function), so a text prompt gets None and is routed by load alone.
+replicas report (the engine's own chained hashes, from the same function): a token-id prompt has
+them; a text or chat prompt only through the replicas' tokenizer (`router_tokens`, `paged router
+--tokenizer`), and without one gets None and is routed by load alone.
 """
 from __future__ import annotations
 
@@ -36,31 +37,34 @@ def prefix_ids(body: dict, block_size: int) -> list[int] | None:
 def token_block_hashes(body: dict, block_size: int) -> list[bytes] | None:
     """The engine's hashes of the full blocks of a token-id prompt (the first of a batch); None
     for a text prompt, whose tokens only the model's tokenizer knows."""
-    tokens = _token_ids(body)
-    if tokens is None:
-        return None
+    tokens = token_ids(body)
+    return None if tokens is None else block_hashes(tokens, block_size)
+
+
+def block_hashes(tokens: list[int], block_size: int) -> list[bytes]:
+    """The engine's chained hashes of the full blocks of `tokens`."""
     return hashing.token_block_hashes(tokens, block_size, len(tokens) // block_size)
 
 
-def _first_prompt(body: dict):
+def first_prompt(body: dict):
     prompt = body.get("prompt")
     if isinstance(prompt, list) and prompt and isinstance(prompt[0], (list, str)):
         return prompt[0]  # a batch: route by its first prompt
     return prompt
 
 
-def _token_ids(body: dict) -> list[int] | None:
-    prompt = _first_prompt(body)
+def token_ids(body: dict) -> list[int] | None:
+    prompt = first_prompt(body)
     if isinstance(prompt, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
         return prompt
     return None
 
 
 def _prompt_tokens(body: dict) -> list[int] | None:
-    tokens = _token_ids(body)
+    tokens = token_ids(body)
     if tokens is not None:
         return tokens
-    prompt = _first_prompt(body)
+    prompt = first_prompt(body)
     if isinstance(prompt, str):
         return [ord(c) for c in prompt]
     messages = body.get("messages")

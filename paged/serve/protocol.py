@@ -6,11 +6,18 @@ Every bad field is an `APIError` 400 naming it; the values themselves are checke
 request enters the engine (`SamplingParams.validate`), so the HTTP layer adds no second set of
 rules. Fields the engine cannot honour are refused unless they hold their neutral value, rather
 than silently ignored; other unknown fields are ignored, as vLLM does.
+
+Context length, as vLLM's server: a prompt must leave room for at least one output token, and
+a `max_tokens` (or `max_completion_tokens`) that would take the sequence past max_model_len is
+a 400 naming the model's context length, the total asked for and its split (`fit_context`),
+not a silent cap. Left out, `max_tokens` is what is left of the context (chat), or OpenAI's 16
+if that much is left (completions). The engine's own API (`LLM.generate`) caps instead, as
+vLLM's `LLM` does: a sequence stops at max_model_len with finish_reason "length".
 """
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from fastapi import Request
 
@@ -35,7 +42,10 @@ _RESERVED = {"messages", "add_generation_prompt", "chat_template", "bos_token", 
 
 @dataclass(slots=True)
 class GenerateRequest:
-    """One parsed request: the engine prompts (one per choice group) and how to answer."""
+    """One parsed request: the engine prompts (one per choice group) and how to answer.
+
+    `params` holds `max_tokens` as asked, or `default_max_tokens` when `max_tokens` is None (not
+    asked): what `fit_context` turns into each prompt's own limit."""
 
     model: str
     prompts: list
@@ -43,7 +53,34 @@ class GenerateRequest:
     stream: bool
     include_usage: bool
     return_token_ids: bool
+    max_tokens: int | None
+    default_max_tokens: int
 
+
+def fit_context(req: GenerateRequest, num_prompt_tokens: int, max_model_len: int, chat: bool) -> SamplingParams:
+    """The sampling params for one prompt of `num_prompt_tokens`: an APIError 400 when the prompt
+    leaves no room for an output token or the asked `max_tokens` does not fit in max_model_len;
+    without `max_tokens`, the default cut to what is left of the context."""
+    words = "messages" if chat else "prompt"
+    room = max_model_len - num_prompt_tokens
+    if room < 1:
+        raise APIError(400, f"This model's maximum context length is {max_model_len} tokens "
+                            f"(max_model_len={max_model_len}). However, your request has {num_prompt_tokens} input "
+                            f"tokens, which leaves no room for a completion. Please reduce the length of the {words}.",
+                       words)
+    if req.max_tokens is not None:
+        if req.max_tokens > room:
+            raise APIError(400, f"This model's maximum context length is {max_model_len} tokens. However, you "
+                                f"requested {num_prompt_tokens + req.max_tokens} tokens ({num_prompt_tokens} in the "
+                                f"{words}, {req.max_tokens} in the completion). Please reduce the length of the "
+                                f"{words} or completion.", "max_tokens")
+        return req.params
+    if req.default_max_tokens <= room:
+        return req.params
+    try:
+        return replace(req.params, max_tokens=room)
+    except ValueError as e:  # min_tokens more than what is left
+        raise APIError.bad_request(e) from None
 
 async def read_body(request: Request, limit: int) -> bytes:
     """The body, refused with 413 as soon as it is known to exceed `limit` bytes: from its
@@ -84,8 +121,9 @@ def check_model(body: dict, served: list[str]) -> str:
 
 def completion_request(body: dict, served: list[str]) -> GenerateRequest:
     model = check_model(body, served)
-    return GenerateRequest(model, _prompts(body.get("prompt")), _sampling_params(body, default_max_tokens=16),
-                           *_stream_options(body), _flag(body, "return_token_ids"))
+    params, asked = _sampling_params(body, default_max_tokens=16)
+    return GenerateRequest(model, _prompts(body.get("prompt")), params, *_stream_options(body),
+                           _flag(body, "return_token_ids"), asked, 16)
 
 
 def chat_request(body: dict, served: list[str], max_model_len: int) -> tuple[GenerateRequest, dict]:
@@ -100,9 +138,10 @@ def chat_request(body: dict, served: list[str], max_model_len: int) -> tuple[Gen
                             f"other than {sorted(_RESERVED)}", "chat_template_kwargs")
     chat = {"messages": body["messages"], "add_generation_prompt": _flag(body, "add_generation_prompt", True),
             **kwargs}
-    # No max_tokens: up to max_model_len (the scheduler stops each sequence there), as vLLM.
-    params = _sampling_params(body, default_max_tokens=max_model_len)
-    return GenerateRequest(model, [], params, *_stream_options(body), _flag(body, "return_token_ids")), chat
+    # No max_tokens: what is left of max_model_len after the prompt (`fit_context`), as vLLM.
+    params, asked = _sampling_params(body, default_max_tokens=max_model_len)
+    return GenerateRequest(model, [], params, *_stream_options(body), _flag(body, "return_token_ids"), asked,
+                           max_model_len), chat
 
 
 def _prompts(prompt) -> list:
@@ -120,7 +159,8 @@ def _prompts(prompt) -> list:
                         f"list of non-empty token-id lists", "prompt")
 
 
-def _sampling_params(body: dict, default_max_tokens: int) -> SamplingParams:
+def _sampling_params(body: dict, default_max_tokens: int) -> tuple[SamplingParams, int | None]:
+    """The params (with `default_max_tokens` unless the body sets it) and the max_tokens asked for."""
     for name, neutral in _NEUTRAL.items():
         if name in body and body[name] not in neutral:
             raise APIError(400, f"{name}={_short(body[name])} is not supported by this server", name)
@@ -130,9 +170,14 @@ def _sampling_params(body: dict, default_max_tokens: int) -> SamplingParams:
         if field in _SAMPLING and value is not None:
             fields[field] = value
     try:
-        return SamplingParams(**fields)
+        params = SamplingParams(**fields)
     except ValueError as e:
         raise APIError.bad_request(e) from None
+    return params, params.max_tokens if _asks_max_tokens(body) else None
+
+
+def _asks_max_tokens(body: dict) -> bool:
+    return any(body.get(name) is not None for name in ("max_tokens", "max_completion_tokens"))
 
 
 def _stream_options(body: dict) -> tuple[bool, bool]:

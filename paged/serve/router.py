@@ -6,13 +6,18 @@ Each completion (`/v1/completions`, `/v1/chat/completions`) goes to the backend 
 simulator's router of the same name chooses (`paged.core.routing`), over the same view of each
 replica: the requests this router has in flight there and its last scraped KV usage
 (`paged.serve.backends`); `prefix_aware` reads the prompt's chained block ids
-(`paged.serve.prefix_ids`); `kv_aware` matches a token-id prompt's block hashes against what each
+(`paged.serve.prefix_ids`); `kv_aware` matches a prompt's block hashes against what each
 backend's KV events say it caches (`paged.serve.kv_sync`, polled every `--kv-events-interval-s`;
-`--block-size` must be the backends'). A text prompt, which only the model's tokenizer could cut
-into the engine's blocks, is routed by kv_aware on load alone. Streams pass through event by
+`--block-size` must be the backends'). A token-id prompt has its hashes as it is; a text or chat
+prompt only once cut into the engine's tokens, which takes the backends' tokenizer: with
+`--tokenizer MODEL` (and the backends' `--chat-template`, if they were given one) the router makes
+the ids as `paged serve` does (`paged.serve.router_tokens`); without it, kv_aware routes text
+and chat by load alone. Streams pass through event by
 event. `/v1/models` comes from the first healthy backend; `/health` is 200 while one backend is
 in service; `/metrics` counts what the router did per backend (`paged.serve.router_metrics`);
-`/kv/view` shows kv_aware's view of each backend's cache.
+`/kv/view` shows kv_aware's view of each backend's cache. Clients' `Authorization` headers pass
+through to the backends, which check them; the router's own reads of the backends' KV events
+carry `--api-key` (the backends' key), which no client request ever gets.
 
 Faults: every backend is probed each `--health-interval-s`; one that fails is taken out until it
 answers again. A request that cannot connect to its backend is retried on another; one whose
@@ -27,6 +32,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
@@ -42,8 +48,9 @@ from paged.core.routing import ROUTERS, make_router
 from .backends import Backend, probe, watch
 from .errors import error_events, error_response
 from .kv_sync import KVSync, follow
-from .prefix_ids import prefix_ids, token_block_hashes
+from .prefix_ids import block_hashes, prefix_ids
 from .router_metrics import RouterMetrics
+from .router_tokens import PromptTokens
 
 FORWARDED_HEADERS = ("authorization", "content-type")
 
@@ -59,6 +66,9 @@ class RouterConfig:
     read_timeout_s: float = 600.0  # between two reads from a backend: a non-streamed answer comes in one read
     abort_after_failed_probes: int = 3  # then the requests in flight on a backend that hangs are failed
     kv_events_interval_s: float = 0.25  # kv_aware: between two reads of a backend's KV events
+    api_key: str | None = None  # the backends' key, for the router's own requests (KV events)
+    tokenizer: str | None = None  # kv_aware: the backends' model (or tokenizer folder), to tokenize text prompts
+    chat_template: str | None = None  # kv_aware with a tokenizer: the backends' --chat-template, if they have one
 
 
 class InFlight:
@@ -102,14 +112,17 @@ class Forwarder:
                          for url in config.backends]
         self.policy = make_router(config.policy, len(self.backends), block_size=config.block_size)
         self.metrics = RouterMetrics(self.backends)
-        self.kv_syncs = ([KVSync(b, self.policy.replica_events(i), config.block_size)
+        own = {} if config.api_key is None else {"authorization": f"Bearer {config.api_key}"}
+        self.kv_syncs = ([KVSync(b, self.policy.replica_events(i), config.block_size, own)
                           for i, b in enumerate(self.backends)] if config.policy == "kv_aware" else [])
+        self.prompt_tokens = PromptTokens(config.tokenizer if self.kv_syncs else None, config.chat_template)
 
-    def prompt_key(self, payload: dict) -> list | None:
-        """What the policy routes by: kv_aware, the engine's block hashes of a token-id prompt;
-        prefix_aware, the prompt's prefix ids; the others, nothing."""
+    def prompt_key(self, path: str, payload: dict) -> list | None:
+        """What the policy routes by: kv_aware, the engine's block hashes of the prompt's tokens
+        (when the router can know them); prefix_aware, the prompt's prefix ids; the others, nothing."""
         if self.kv_syncs:
-            return token_block_hashes(payload, self.config.block_size)
+            ids = self.prompt_tokens(path, payload)
+            return None if ids is None else block_hashes(ids, self.config.block_size)
         return prefix_ids(payload, self.config.block_size) if self.config.policy == "prefix_aware" else None
 
     def choose(self, key: list | None) -> Backend | None:
@@ -134,7 +147,7 @@ class Forwarder:
             self.metrics.rejected.labels("bad_request").inc()
             return error_response(400, "the request body must be a JSON object")
         headers = {k: v for k, v in request.headers.items() if k in FORWARDED_HEADERS}
-        key = self.prompt_key(payload)
+        key = self.prompt_key(path, payload)
         while (backend := self.choose(key)) is not None:
             client = backend.client
             upstream = client.build_request("POST", backend.url + path, content=body, headers=headers)
@@ -197,11 +210,12 @@ class Forwarder:
         finally:
             await close()
 
-    async def models(self) -> Response:
+    async def models(self, request: Request) -> Response:
+        headers = {k: v for k, v in request.headers.items() if k in FORWARDED_HEADERS}
         for backend in self.backends:
             if backend.healthy:
                 try:
-                    r = await backend.client.get(f"{backend.url}/v1/models")
+                    r = await backend.client.get(f"{backend.url}/v1/models", headers=headers)
                 except httpx.HTTPError:
                     continue
                 return Response(r.content, r.status_code, media_type=r.headers.get("content-type"))
@@ -242,8 +256,8 @@ def create_app(config: RouterConfig) -> FastAPI:
         return await fwd.completion(request, "/v1/chat/completions")
 
     @app.get("/v1/models")
-    async def models() -> Response:
-        return await fwd.models()
+    async def models(request: Request) -> Response:
+        return await fwd.models(request)
 
     @app.get("/health")
     async def health() -> Response:
@@ -286,6 +300,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="fail the requests in flight on a backend after this many failed probes in a row")
     p.add_argument("--kv-events-interval-s", type=float, default=d.kv_events_interval_s,
                    help="kv_aware: how often each backend's KV events are read")
+    p.add_argument("--api-key", default=os.environ.get("PAGED_API_KEY"),
+                   help="the backends' --api-key (default $PAGED_API_KEY), sent on the router's own requests to "
+                        "them: kv_aware's reads of /kv/events and /kv/blocks. Clients' requests are passed on "
+                        "with their own Authorization header, never this key")
+    p.add_argument("--tokenizer", default=None, metavar="MODEL",
+                   help="kv_aware: the backends' model (a name or path, as paged serve --model takes it; or their "
+                        "--tokenizer folder), whose tokenizer cuts text and chat prompts into the engine's tokens "
+                        "(default: none, and kv_aware routes text and chat prompts by load alone; loading it "
+                        "imports torch)")
+    p.add_argument("--chat-template", default=None,
+                   help="with --tokenizer: the backends' --chat-template (a template or a file), if they have one")
     p.add_argument("--log-level", default="warning")
     return p
 
@@ -296,6 +321,6 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     config = RouterConfig(args.backend, args.policy, args.block_size, args.health_interval_s, args.health_timeout_s,
                           args.connect_timeout_s, args.read_timeout_s, args.abort_after_failed_probes,
-                          args.kv_events_interval_s)
+                          args.kv_events_interval_s, args.api_key, args.tokenizer, args.chat_template)
     uvicorn.run(create_app(config), host=args.host, port=args.port, log_level=args.log_level, access_log=False)
     return 0

@@ -1,5 +1,8 @@
 """Start `paged serve` in a subprocess on a free loopback port, wait until it answers /health,
 and always stop it (terminate, then kill) when the caller is done. For tests and benchmarks.
+
+`wait_healthy` is the one loop that waits for a server's /health: this module, `paged launch`
+(its replicas and its router), the router benchmark and the tests' fixtures all use it.
 """
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ from pathlib import Path
 import httpx
 
 ROOT = Path(__file__).resolve().parents[2]
+POLL_S = 0.1
 
 
 @dataclass
@@ -31,6 +35,35 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def wait_healthy(url: str, proc: subprocess.Popen, timeout_s: float, name: str = "the server",
+                 log: Path | None = None) -> None:
+    """Poll `url`/health until it answers 200. A RuntimeError naming `name` (with the end of its
+    `log`) if `proc` exits first, or if `timeout_s` passes without a 200: a server that dies while
+    starting is reported at once, not after the timeout."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{name} exited with code {proc.returncode} while starting{_tail(log)}")
+        if _healthy(url):
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{name} at {url} did not answer /health with 200 within {timeout_s:g} s{_tail(log)}")
+        time.sleep(POLL_S)
+
+
+def _tail(log: Path | None) -> str:
+    if log is None or not log.exists():
+        return ""
+    return f"; the end of its log ({log}):\n{log.read_text(errors='replace')[-3000:]}"
+
+
+def _healthy(url: str) -> bool:
+    try:
+        return httpx.get(url + "/health", timeout=1).status_code == 200
+    except httpx.TransportError:
+        return False
+
+
 @contextmanager
 def launched_server(model: str | Path, flags: list[str], log: Path, env: dict | None = None,
                     start_timeout_s: float = 120.0) -> Iterator[Launched]:
@@ -44,12 +77,7 @@ def launched_server(model: str | Path, flags: list[str], log: Path, env: dict | 
         proc = subprocess.Popen(cmd, cwd=ROOT, env=environment, stdout=out, stderr=subprocess.STDOUT)
     server = Launched(f"http://127.0.0.1:{port}", proc, log)
     try:
-        deadline = time.monotonic() + start_timeout_s
-        while not _healthy(server.url):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                why = f"exited with {proc.returncode}" if proc.poll() is not None else "did not answer /health"
-                raise RuntimeError(f"paged serve {why}:\n{log.read_text()[-3000:]}")
-            time.sleep(0.1)
+        wait_healthy(server.url, proc, start_timeout_s, "paged serve", log)
         yield server
     finally:
         proc.terminate()
@@ -58,10 +86,3 @@ def launched_server(model: str | Path, flags: list[str], log: Path, env: dict | 
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-
-
-def _healthy(url: str) -> bool:
-    try:
-        return httpx.get(url + "/health", timeout=1).status_code == 200
-    except httpx.TransportError:
-        return False

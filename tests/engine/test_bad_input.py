@@ -36,6 +36,13 @@ def test_bad_prompt_names_itself_and_the_engine_goes_on(llm, prompt, message):
     assert len(llm.generate(["fine", [5, 6]], GOOD)) == 2
 
 
+def test_max_tokens_past_the_context_is_capped_there(llm):
+    """The engine's API caps a sequence at max_model_len (finish_reason "length"), as vLLM's `LLM`
+    does; the OpenAI server refuses such a request instead (tests/serve/test_context_length.py)."""
+    out = llm.generate([[5] * 500], SamplingParams(temperature=0.0, max_tokens=20, ignore_eos=True))[0].outputs[0]
+    assert len(out.token_ids) == 12 and out.finish_reason == "length"
+
+
 @pytest.mark.parametrize(("field", "value"), [
     ("temperature", -0.5), ("top_p", 0.0), ("top_p", 1.5), ("max_tokens", 0), ("top_k", -2), ("n", 0),
     ("seed", 2**64), ("seed", 1.5), ("seed", "x"), ("stop", [1]), ("stop_token_ids", [[1]]), ("max_tokens", True),

@@ -1,4 +1,7 @@
-"""LZ4-compressed swap: lossless for every cache format, and invisible in the engine's output."""
+"""LZ4-compressed swap: lossless for every cache format, invisible in the engine's output, within
+the swap space it was given, and as many host blocks in the engine as in the simulator."""
+import json
+
 import pytest
 import torch
 from hypothesis import given
@@ -7,6 +10,9 @@ from hypothesis import strategies as st
 from paged.engine import LLM, SamplingParams
 from paged.engine.engine_config import EngineConfig
 from paged.engine.swap_compression import CODECS, CompressedHostPool, compress, decompress
+from sim import SimConfig
+from sim.compressed_swap import DEFAULT_PROFILE
+from sim.runner import build_cache_config
 
 from .conftest import TINY
 from .recorder import assert_all_blocks_free, record_steps
@@ -43,6 +49,40 @@ def test_pool_holds_only_what_is_swapped_out():
     assert pool.stored_bytes > 0 and pool.raw_bytes_out == 4 * 16 * 4 + 4
     assert torch.equal(pool.take(3, block)[0], block[0])
     assert pool.stored_bytes == 0 and not pool.frames
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_an_incompressible_block_takes_no_more_than_its_bytes(codec):
+    """LZ4 expands noise (a frame's headers): such a block is kept as it is, so the pool never holds
+    more than its blocks' raw bytes, the swap space it was sized with."""
+    noise = [torch.randint(0, 256, (4096,), dtype=torch.uint8, generator=torch.Generator().manual_seed(0)),
+             torch.randn(64, generator=torch.Generator().manual_seed(1)).half()]
+    raw = sum(t.numel() * t.element_size() for t in noise)
+    assert len(compress(noise, codec)) > raw  # the case this is for
+    pool = CompressedHostPool(codec)
+    pool.put(0, noise)
+    assert pool.stored_bytes == raw
+    for got, want in zip(pool.take(0, noise), noise, strict=True):
+        assert torch.equal(got.view(torch.uint8), want.view(torch.uint8))
+    assert pool.stored_bytes == 0
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_the_engine_and_the_simulator_give_compressed_swap_as_many_host_blocks(tiny_llama, codec):
+    """Both hold swap_space // block bytes, compressed or not: the engine's pool cannot promise more
+    (paged.engine.swap_compression), and the simulator models the engine's."""
+    swap_gib = 1 / 256
+    engine = [LLM(str(tiny_llama[0]), **TINY, preemption_mode="swap", swap_space=swap_gib, swap_compression=c)
+              .llm_engine for c in (None, codec)]
+    block_bytes = engine[0].cache.device_cache[:, :, 0].nbytes
+    assert [e.scheduler.cache_config.num_cpu_blocks for e in engine] == [int(swap_gib * 2**30) // block_bytes] * 2
+    # The simulator's block bytes for SmolLM2-135M equal the engine's, as swap_profile measured them.
+    with open(DEFAULT_PROFILE) as f:
+        measured = json.load(f)["kv_cache_dtypes"]["fp16"][codec]["block_bytes"]
+    # (vLLM's default 4 GiB: enough blocks that 1 / ratio of them would be more, for either codec)
+    sim = [build_cache_config(SimConfig(model="smollm2-135m", preemption="swap", swap_space_gib=4.0,
+                                        swap_compression=c)).num_cpu_blocks for c in (None, codec)]
+    assert sim == [4 * 2**30 // measured] * 2
 
 
 def test_unknown_codec_is_refused():

@@ -25,10 +25,11 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tiny_models imports transformers: never the network
 
-from paged.serve.server_process import free_port, launched_server  # noqa: E402
+from paged.serve.server_process import free_port, launched_server, wait_healthy  # noqa: E402
 from tests.engine.tiny_models import make_tiny_model  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
+START_TIMEOUT_S = 60.0  # for a fake server or a router to answer /health on a loaded machine
 
 # One byte-level token per character; the template closes each turn with EOS, as chat models do.
 TEMPLATE = ("{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}{{ eos_token }}{% endfor %}"
@@ -122,16 +123,9 @@ class Processes:
         self.started.append(proc)
         return proc
 
-    def wait_healthy(self, url: str, proc: subprocess.Popen) -> None:
-        def up() -> bool:
-            if proc.poll() is not None:
-                raise AssertionError(f"{proc.args} exited with {proc.returncode}:\n{proc.log_path.read_text()}")
-            try:
-                return httpx.get(f"{url}/health", timeout=1.0).status_code == 200
-            except httpx.HTTPError:
-                return False
-
-        wait_until(up, f"{url}/health answers 200")
+    @staticmethod
+    def wait_healthy(url: str, proc: subprocess.Popen) -> None:
+        wait_healthy(url, proc, START_TIMEOUT_S, " ".join(map(str, proc.args)), proc.log_path)
 
     @staticmethod
     def stop(proc: subprocess.Popen, sig: int = signal.SIGTERM) -> None:

@@ -1,6 +1,7 @@
 """Bad input gets OpenAI's error shape and the right status; the server keeps serving; the API
 key and the waiting limit are enforced."""
 import asyncio
+import json
 
 import httpx
 import pytest
@@ -102,8 +103,10 @@ def strict_server(tiny_chat_model, tmp_path_factory):
         yield s
 
 
-def test_api_key_is_required_on_v1_and_debug(strict_server):
-    for path in ("/v1/models", "/debug/kv"):
+def test_api_key_is_required_everywhere_but_health_and_metrics(strict_server):
+    """vLLM's rule for /v1, /health and /metrics; the KV endpoints (which vLLM serves on a ZMQ
+    socket of its own, not over HTTP) and /debug/kv are guarded like /v1."""
+    for path in ("/v1/models", "/debug/kv", "/kv/events", "/kv/events?since=3", "/kv/blocks"):
         assert_error(strict_server.get(path), 401, "API key")
         assert_error(strict_server.get(path, headers={"Authorization": "Bearer wrong"}), 401)
         assert_error(strict_server.get(path, headers={"Authorization": "s3cret"}), 401)
@@ -128,3 +131,16 @@ def test_a_full_queue_answers_503_with_retry_after(strict_server):
     assert refused and all(r.status_code == 200 for r in responses if r not in refused)
     assert_error(refused[0], 503, "busy", "--max-waiting 1")
     assert refused[0].headers["retry-after"] == "1"
+
+
+def test_the_doctor_reads_debug_kv_with_the_key(strict_server, capsys, monkeypatch):
+    """`paged doctor --api-key` (or $PAGED_API_KEY) audits a keyed server's blocks; without the
+    key it says it cannot read /debug/kv (exit 2) rather than skip the audit as if there were none."""
+    from paged.serve.doctor import main
+
+    monkeypatch.delenv("PAGED_API_KEY", raising=False)
+    assert main([strict_server.url, "--interval", "0", "--json"]) == 2
+    assert "needs the server's API key" in capsys.readouterr().err
+    main([strict_server.url, "--interval", "0", "--json", "--api-key", "s3cret"])
+    checks = {c["name"]: c for c in json.loads(capsys.readouterr().out)}
+    assert checks["KV block audit: no leaks"]["status"] == "PASS"

@@ -1,5 +1,6 @@
-"""Clients that leave mid-stream abort their requests and free their blocks (read back from
-/debug/kv), and a few hundred mixed requests leave every block free or cached with a clean audit."""
+"""Clients that leave (mid-stream, or while a whole answer is computed) abort their requests and
+free their blocks (read back from /debug/kv), and a few thousand mixed requests leave every block
+free or cached with a clean audit."""
 import asyncio
 import random
 
@@ -40,6 +41,29 @@ def test_a_client_leaving_mid_stream_aborts_and_frees_its_blocks(server):
 
     asyncio.run(main())
     wait_until(lambda: aborted(server) > before, "an abort after the clients left")
+    kv = wait_until(lambda: idle_and_clean(server), "every block free after the aborts")
+    assert kv["audit"]["ok"], kv["audit"]
+
+
+def test_a_client_leaving_a_non_streamed_request_aborts_and_frees_its_blocks(server):
+    """A non-streamed answer is written only when it is complete: the server must notice the
+    client leave on its own (nothing to write yet fails) and abort, not run 480 tokens for no one."""
+    before = aborted(server)
+
+    async def leave(client: httpx.AsyncClient) -> None:
+        try:
+            await client.post("/v1/completions", json={"prompt": "no one waits", "max_tokens": 480,
+                                                       "ignore_eos": True})
+        except httpx.ReadTimeout:
+            return  # the client gave up: its connection is closed
+        raise AssertionError("the answer came before the client left")
+
+    async def main():
+        async with httpx.AsyncClient(base_url=server.url, timeout=httpx.Timeout(60, read=0.5)) as client:
+            await asyncio.gather(*(leave(client) for _ in range(4)))
+
+    asyncio.run(main())
+    wait_until(lambda: aborted(server) >= before + 4, "the four requests aborted after their clients left")
     kv = wait_until(lambda: idle_and_clean(server), "every block free after the aborts")
     assert kv["audit"]["ok"], kv["audit"]
 

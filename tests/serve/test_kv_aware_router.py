@@ -86,7 +86,7 @@ def test_a_shared_prefix_goes_to_the_replica_that_caches_it(kv_cluster):
 def test_a_new_prefix_goes_to_the_less_loaded_replica(kv_cluster):
     """With a stopped (so never finishing) request in flight on a, a request whose prefix no replica
     caches goes to b: kv_aware's scores tie on the cache, and load decides. So does a text prompt,
-    which the router cannot hash as the engine does (it has no tokenizer)."""
+    which a router without `--tokenizer` cannot hash as the engine does."""
     a, b, router, model = kv_cluster["a"], kv_cluster["b"], kv_cluster["router"], kv_cluster["model"]
     first, second = prompt(20, 4 * BLOCK), prompt(21, 4 * BLOCK)
     with ThreadPoolExecutor(1) as pool:
@@ -118,3 +118,51 @@ def test_the_routers_view_is_each_replicas_cache(kv_cluster):
         complete(b.url, model, prompt(seed + 10, 13 * BLOCK))
     assert not set(hashes(prompt(30, 13 * BLOCK))) <= cached(a)  # the pool is too small for all four
     wait_until(lambda: view(router) == [cached(a), cached(b)], "the router's view equals each replica's cache")
+
+
+def test_the_router_follows_a_keyed_replica_with_its_key(tiny_chat_model, procs, tmp_path):
+    """A replica with an API key shows its KV endpoints to no one without it; a router given the key
+    (`--api-key`) follows its cache. Clients' requests go on with their own Authorization header,
+    never the router's key."""
+    key = {"Authorization": "Bearer k3y"}
+    with launched_server(tiny_chat_model, [*engine_flags(num_gpu_blocks=48), "--log-level", "warning"],
+                         tmp_path / "keyed.log", env={"PAGED_API_KEY": "k3y"}) as replica:
+        url, proc = start_router(procs, [replica.url], "kv_aware", "--block-size", str(BLOCK), "--api-key", "k3y",
+                                 "--kv-events-interval-s", "0.2")
+        wait_router(procs, url, proc, [replica.url])
+        ids = prompt(60, 3 * BLOCK)
+        r = httpx.post(f"{replica.url}/v1/completions", headers=key, timeout=60,
+                       json={"prompt": ids, "max_tokens": 1})
+        assert r.status_code == 200, r.text
+        wait_until(lambda: set(hashes(ids)) <= view(url)[0], "the router sees the keyed replica's cache")
+        assert httpx.get(f"{replica.url}/kv/blocks", timeout=10).status_code == 401
+        assert httpx.post(f"{url}/v1/completions", json={"prompt": ids, "max_tokens": 1}, timeout=60).status_code == 401
+        assert httpx.get(f"{url}/v1/models", timeout=10).status_code == 401
+        assert httpx.get(f"{url}/v1/models", headers=key, timeout=10).status_code == 200
+
+
+def test_with_the_replicas_tokenizer_text_and_chat_go_where_they_are_cached(kv_cluster, procs):
+    """`--tokenizer` (the replicas' model): the router cuts text and chat prompts into the engine's
+    tokens as `paged serve` does, so they follow the cache like token ids. The prefixes are cached
+    on b behind the router's back; a load-only router would send all to a (ties go to the first)."""
+    from paged.engine.loader import load_tokenizer
+
+    a, b, model = kv_cluster["a"], kv_cluster["b"], kv_cluster["model"]
+    url, proc = start_router(procs, [a.url, b.url], "kv_aware", "--block-size", str(BLOCK), "--tokenizer", model,
+                             "--health-interval-s", "60", "--kv-events-interval-s", "0.2")
+    wait_router(procs, url, proc, [a.url, b.url])
+    tok = load_tokenizer(model)
+    prefix = "".join(chr(97 + (7 * i) % 26) for i in range(10 * BLOCK))
+    for path, body, ids in (
+            ("/v1/completions", lambda s: {"prompt": prefix + s}, lambda s: tok.encode(prefix + s)),
+            ("/v1/chat/completions", lambda s: {"messages": [{"role": "user", "content": prefix + s}]},
+             lambda s: tok.chat_prompt([{"role": "user", "content": prefix + s}])["prompt_token_ids"])):
+        r = httpx.post(f"{b.url}{path}", timeout=60, json={"model": model, "max_tokens": 1, **body("#seed")})
+        assert r.status_code == 200, r.text
+        seeded = set(hashes(ids("#seed")))
+        wait_until(lambda seeded=seeded: seeded <= view(url)[1], f"the router sees b cache {path}'s prefix")
+        for own in (" one of its own", " another one", " and a third"):
+            r = httpx.post(f"{url}{path}", timeout=60, json={"model": model, "max_tokens": 1, **body(own * 4)})
+            assert r.status_code == 200, r.text
+            last = hashes(ids(own * 4))[-1]  # no other prompt has this block
+            assert last in cached(b) and last not in cached(a), f"{path} {own!r} did not run on b"

@@ -94,3 +94,12 @@ def test_a_replica_that_cannot_start_stops_the_launch(procs, tmp_path):
     out = proc.log_path.read_text()
     assert "exited with code 3" in out and "no GPU here" in out
     assert not any(alive(pid) for pid in pids(proc).values())
+
+
+def test_the_router_gets_the_replicas_api_key_in_its_environment(procs, tmp_path):
+    """The router reads the replicas' KV events, which need their key: the launcher hands it over
+    in the router's environment, never on its command line (which every user can read)."""
+    proc, url = launch(procs, tmp_path, 1, "--api-key", "k3y")
+    router = ready(procs, proc, url)["router"]
+    assert b"PAGED_API_KEY=k3y" in Path(f"/proc/{router}/environ").read_bytes().split(b"\0")
+    assert b"k3y" not in Path(f"/proc/{router}/cmdline").read_bytes()

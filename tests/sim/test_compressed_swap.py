@@ -1,4 +1,5 @@
-"""Compressed swap in the simulator: host capacity and swap time from a measured LZ4 profile."""
+"""Compressed swap in the simulator: swap time from a measured LZ4 profile; host capacity as the
+engine's, which compression does not raise (sim.compressed_swap says why)."""
 import json
 
 import pytest
@@ -26,11 +27,11 @@ def test_seconds_per_block_is_the_slower_of_copy_and_codec_averaged_over_out_and
     assert p.seconds_per_block(1e6, 2e9, threads=4) == pytest.approx(0.5e-3)
 
 
-def test_compressed_swap_holds_1_over_ratio_the_blocks_and_charges_the_codec(profile_path):
+def test_compressed_swap_holds_as_many_blocks_and_charges_the_codec(profile_path):
     plain = SimConfig(model="llama-2-7b", preemption="swap")
     lz4 = SimConfig(model="llama-2-7b", preemption="swap", swap_compression="lz4", swap_profile=profile_path)
     plain_blocks, lz4_blocks = build_cache_config(plain).num_cpu_blocks, build_cache_config(lz4).num_cpu_blocks
-    assert lz4_blocks == pytest.approx(2 * plain_blocks, abs=1)
+    assert lz4_blocks == plain_blocks > 0  # a ratio of 0.5, and still no more blocks
     block = kv_plan(plain).block_bytes
     pcie = get_hardware(plain.hardware).pcie_bandwidth
     plain_s, lz4_s = (build_cost_model(c).step_seconds(num_swapped_blocks=1) - build_cost_model(c).step_seconds()

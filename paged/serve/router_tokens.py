@@ -1,0 +1,55 @@
+"""The token ids a replica will see for a request, as the router can know them: given (a token-id
+prompt), or made with the replicas' own tokenizer (`paged router --tokenizer`) the way `paged
+serve` makes them, so that kv_aware can match a text or chat prompt block for block against the
+replicas' caches (llm-d's precise prefix-cache scorer tokenizes in the router for the same reason).
+
+A completion's text is `Tokenizer.encode`d (BOS rule included), as `LLMEngine.add_request` does;
+chat messages are rendered and tokenized by `Tokenizer.chat_prompt`, the very function the
+server calls, with the request's `add_generation_prompt` and `chat_template_kwargs` and the
+router's `--chat-template` (which must be the replicas' own, if they were given one). A request
+the router cannot tokenize (malformed messages, a template error) gets None and is routed by
+load; its replica answers it with the error. Loading the tokenizer imports the engine package
+(torch): a router without `--tokenizer` never does.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from .prefix_ids import first_prompt, token_ids
+
+CHAT_PATH = "/v1/chat/completions"
+
+
+class PromptTokens:
+    def __init__(self, tokenizer: str | None = None, chat_template: str | None = None) -> None:
+        """`tokenizer`: a model name or path as `paged serve --model` takes it (or its `--tokenizer`
+        folder); None: token-id prompts only. `chat_template`: a template or a file holding one."""
+        self.tokenizer = None
+        if tokenizer is not None:
+            from paged.engine.loader import load_tokenizer
+
+            self.tokenizer = load_tokenizer(tokenizer)
+            if self.tokenizer is None:
+                raise ValueError(f"--tokenizer {tokenizer}: the model has no tokenizer (no tokenizer.json)")
+        if chat_template is not None and Path(chat_template).is_file():
+            chat_template = Path(chat_template).read_text()
+        self.chat_template = chat_template
+
+    def __call__(self, path: str, body: dict) -> list[int] | None:
+        """The token ids of the request's (first) prompt; None when they cannot be known here."""
+        tok = self.tokenizer
+        if path == CHAT_PATH:
+            if tok is None:
+                return None
+            kwargs = body.get("chat_template_kwargs") or {}
+            add = body.get("add_generation_prompt")
+            try:
+                return tok.chat_prompt(body.get("messages"), self.chat_template, True if add is None else add,
+                                       **kwargs)["prompt_token_ids"]
+            except (ValueError, TypeError):
+                return None
+        ids = token_ids(body)
+        if ids is not None or tok is None:
+            return ids
+        prompt = first_prompt(body)
+        return tok.encode(prompt) if isinstance(prompt, str) and prompt else None
