@@ -259,11 +259,7 @@ class Replica:
         out = self._out
         row = (st.kv_cache_usage_perc, st.kv_cache_tokens_perc, st.fragmentation, st.num_requests_running,
                st.num_requests_waiting, st.num_requests_swapped, out.num_scheduled_tokens if out is not None else 0)
-        rows, tick, interval = ts.rows, ts.next_tick, ts.interval
-        while tick < now:
-            rows.append((tick / TICKS_PER_S, *row))
-            tick += interval
-        ts.next_tick = tick
+        ts.fill(now, row)
 
     def close(self, end: int) -> None:
         """Record the samples due up to the end of the run, inclusive."""

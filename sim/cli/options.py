@@ -101,7 +101,9 @@ def add_sim_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--record-itl", action="store_true",
                    help="keep every inter-token latency of every request (the itl_s column of --requests-csv)")
     g.add_argument("--timeseries-interval-s", type=float, default=None,
-                   help="time-series sample spacing (default: about 1,000 samples over the arrivals, >= 10 ms)")
+                   help="time-series sample spacing (default: about 1,000 samples over the arrivals, >= 10 ms). "
+                        "Refused when the samples would surely outgrow half the memory; doubled, with a warning, "
+                        "if a run outlasts what that check foresaw")
 
 
 def weights(text: str) -> tuple[float, float, float]:

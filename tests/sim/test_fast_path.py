@@ -1,8 +1,8 @@
 """The fast path gives exactly what stepping one iteration at a time gives."""
 from dataclasses import replace
 
-import numpy as np
 import hypothesis.strategies as st
+import numpy as np
 from hypothesis import given, settings
 
 from sim import SimConfig, Workload, load_workload, simulate
