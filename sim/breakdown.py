@@ -19,9 +19,9 @@ PREFILL_CHUNKS = (128, 512, 2048)
 
 def add_parser(sub) -> None:
     p = sub.add_parser("breakdown", help="where a step's time goes (non-attention, attention, LM head, ...)")
-    p.add_argument("--model", default="llama-2-7b")
-    p.add_argument("--hardware", default="a100-80gb")
-    p.add_argument("--tp", type=int, default=1)
+    p.add_argument("--model", default="llama-2-7b", help="model spec (python -m sim list names them)")
+    p.add_argument("--hardware", default="a100-80gb", help="GPU spec")
+    p.add_argument("--tp", type=int, default=1, help="tensor-parallel GPUs")
     p.add_argument("--cost-model", default="calibrated", help="calibrated or vidur:DIR")
     p.add_argument("--context", type=int, default=1024, help="context tokens of each decoding sequence")
     p.add_argument("--plot", default=None, help="write the stacked bars (PNG)")
