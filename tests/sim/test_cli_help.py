@@ -43,6 +43,10 @@ def test_every_summary_key_is_documented():
     keys = [*result.summary(), *result.goodput(1.0, 0.1)]
     missing = [k for k in keys if f"`{k}`" not in doc]
     assert not missing, f"docs/summary_keys.md does not explain {missing}"
+    recorded = simulate(Workload(np.array([0.0]), np.array([10]), np.array([3])), SimConfig(record_itl=True))
+    columns = [*recorded.requests.columns, *recorded.timeseries.columns]
+    missing = [c for c in columns if f"`{c}`" not in doc]
+    assert not missing, f"docs/summary_keys.md does not explain the CSV columns {missing}"
 
 
 def test_the_printed_summary_says_what_capping_did():
