@@ -100,8 +100,8 @@ def swap_seconds(config: SimConfig) -> float:
 
 
 def plot(table: pd.DataFrame, accuracy: dict):
-    fig, column = figure(3, 1)
-    axes = column.reshape(1, 3)  # one panel a row; each legend in headroom above its data (ylim raised for it)
+    fig, column = figure(3, 1, height=2.4)
+    axes = column.reshape(1, 3)  # one panel a row, each legend under its panel or in headroom above its data
     mem = table[table.kind == "memory"].set_index("kv_cache_dtype")
     x = np.arange(len(mem))
     axes[0, 0].bar(x, mem.weights_gb, label="weights (fp16)", **bar(0))
@@ -111,8 +111,7 @@ def plot(table: pd.DataFrame, accuracy: dict):
         axes[0, 0].axhline(y, color="0.3", linestyle=ls, linewidth=1, label=text)
     axes[0, 0].set(ylabel="GPU memory (GB)", title="Llama-2-70B: weights + 433k tokens of KV")
     axes[0, 0].set_xticks(x, mem.index)
-    axes[0, 0].set_ylim(0, 1.6 * ARTICLE_BEFORE_GB)
-    axes[0, 0].legend(loc="upper center", ncol=2)
+    axes[0, 0].legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2)
 
     serving = table[(table.kind == "serving") & np.isinf(table.offered_qps)].set_index("kv_cache_dtype")
     load = table[(table.kind == "serving") & (table.offered_qps == LOAD_QPS)].set_index("kv_cache_dtype")
@@ -124,12 +123,11 @@ def plot(table: pd.DataFrame, accuracy: dict):
                    **bar(0))
     axes[0, 1].bar(x, load.tpot_s_p50 / base_tpot, width, label=f"TPOT p50 at {LOAD_QPS:g} req/s", **bar(1))
     axes[0, 1].bar(x + width, [accuracy[d]["prefix_match"] for d in dtypes], width,
-                   label="greedy prefix match vs fp16 (SmolLM2)", **bar(2))
+                   label="greedy match (SmolLM2)", **bar(2))
     axes[0, 1].axhline(1.0, color="gray", linewidth=1, label="fp16")
     axes[0, 1].set(ylabel="relative to fp16", title="what it costs (sim: 4 x A100; engine: SmolLM2)")
     axes[0, 1].set_xticks(x, dtypes)
-    axes[0, 1].set_ylim(0, 2.1)
-    axes[0, 1].legend(loc="upper center")
+    axes[0, 1].legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2)
 
     swap = table[table.kind == "swap"]
     cases = list(SWAP_CASES)
