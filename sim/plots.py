@@ -8,10 +8,11 @@
   `figure(rows, cols)` stacks up to three panels in one column and lays out more two across,
   keeping the `axes[row, col]` a script asked for; `save` wraps titles and labels to their
   panel, and warns (`SmallTextWarning`) if the figure still prints text too small.
-- Legends sit outside the data (`legend_below`, `legend_right`); reference lines (the
-  article's numbers, capacities, bounds) are grey and labelled, so they are in the legend.
-- Latency distributions mark their p50 (filled circle) and p99 (open triangle): `cdf`, with
-  `PERCENTILE_HANDLES` for the legend.
+- Legends sit outside the data (`legend_below`; `legend_right` for a notebook's own figure);
+  reference lines (the article's numbers, capacities, bounds) are grey and labelled, so they
+  are in the legend.
+- Latency distributions mark their p50 (filled circle) and p99 (open triangle): `cdf`, and
+  `legend_below(..., percentiles=True)` explains the marks.
 """
 from __future__ import annotations
 
@@ -61,8 +62,8 @@ def figure(nrows: int = 1, ncols: int = 1, width: float | None = None, height: f
     """A figure in the project's style, one column wide: up to three panels stacked, more two
     across. `axes[r, c]` is the panel a `nrows` x `ncols` grid would have there (row by row);
     `height` is each panel's, in inches; `width` is not used (a panel takes the column's width,
-    or half of it). Scripts without a display get matplotlib's headless
-    default backend on their own; a notebook keeps its inline one."""
+    or half of it). Scripts without a display get matplotlib's headless default backend on
+    their own; a notebook keeps its inline one."""
     import matplotlib.pyplot as plt
 
     plt.rcParams.update(STYLE)
@@ -88,9 +89,8 @@ def _wrap(text: str, width_in: float, size_pt: float) -> str:
 
 def fit_to_column(fig) -> None:
     """Wrap the suptitle, every panel's title and axis labels, to the width they have."""
-    sup = fig._suptitle
-    if sup is not None and sup.get_text():
-        sup.set_text(_wrap(sup.get_text(), fig.get_figwidth(), sup.get_fontsize()))
+    if fig.get_suptitle():
+        fig.suptitle(_wrap(fig.get_suptitle(), fig.get_figwidth(), STYLE["figure.titlesize"]))
     for ax in fig.axes:
         pos = ax.get_position()
         w_in, h_in = pos.width * fig.get_figwidth(), pos.height * fig.get_figheight()
