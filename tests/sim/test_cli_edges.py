@@ -144,3 +144,20 @@ def test_a_run_longer_than_foreseen_keeps_a_bounded_time_series(monkeypatch):
     monkeypatch.undo()
     fine = simulate(w, config)
     assert len(fine.timeseries) > 1000 and fine.requests.equals(bounded.requests)
+
+
+def test_the_command_line_says_when_it_coarsened_the_time_series(azure_conv, capsys, monkeypatch, tmp_path):
+    """The run completes and writes its outputs; stderr says which interval the series kept."""
+    import pandas as pd
+
+    import sim.host_memory
+
+    monkeypatch.setattr(sim.runner, "min_run_s", lambda *_args: 0.0)  # an estimate the run outlasts
+    monkeypatch.setattr(sim.host_memory, "available_bytes",
+                        lambda: 2 * (7609 * sim.host_memory.BYTES_PER_BLOCK + 50 * sim.host_memory.BYTES_PER_SAMPLE))
+    out = tmp_path / "ts.csv"
+    assert main(["run", "--trace", str(azure_conv), "--num-requests", "50", "--timeseries-interval-s", "0.01",
+                 "--num-gpu-blocks", "7609", "--timeseries-csv", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "warning: the time series would have outgrown half of this machine's memory" in err
+    assert 25 < len(pd.read_csv(out)) <= 50
