@@ -81,7 +81,7 @@ def run_look(system: str, b: int, sizes: list[int]) -> dict:
 
 
 def plot(table: pd.DataFrame, runs: dict, qps: float, sizes: list[int]):
-    fig, axes = figure(2, 2, width=3.0, height=2.3)
+    fig, axes = figure(2, 2)
     for ax, metric, scale in ((axes[0, 0], "ttft_s", 1), (axes[0, 1], "tpot_s", 1e3)):
         for system in SYSTEMS:
             for b in sizes if system == "paged" else [8]:
@@ -89,7 +89,7 @@ def plot(table: pd.DataFrame, runs: dict, qps: float, sizes: list[int]):
                     **run_look(system, b, sizes))
     axes[0, 0].set_xscale("log")
     axes[0, 0].set(xlabel="seconds", title=f"time to first token at {qps:g} req/s")
-    axes[0, 1].set(xlabel="ms", title=f"TPOT at {qps:g} req/s: first to last token\nof each request, as streamed")
+    axes[0, 1].set(xlabel="ms", title=f"TPOT at {qps:g} req/s, as streamed")
     axes[0, 0].axvspan(*ARTICLE_STATIC, label="article: static 8, 200-800 ms", hatch="////", fill=False,
                        edgecolor="0.6", lw=0)
     c, pm = ARTICLE_CONTINUOUS

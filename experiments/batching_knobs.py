@@ -79,7 +79,7 @@ def batch_size_sweep(workload: Workload, fractions: list[float], sizes: list[int
 
 
 def plot(timeouts: pd.DataFrame, sizes: pd.DataFrame):
-    fig, axes = figure(2, 2, width=3.0, height=2.3)
+    fig, axes = figure(2, 2)
     ms = np.array(TIMEOUTS_S) * 1e3
     for i, ((name, frac), d) in enumerate(timeouts.groupby(["workload", "load_of_saturation"])):
         base = d[d.batch_timeout_s == ARTICLE_DEFAULT_S].iloc[0]
@@ -108,7 +108,7 @@ def plot(timeouts: pd.DataFrame, sizes: pd.DataFrame):
             ax.set_yscale("log")
             plain_log(ax.yaxis)
         ax.set_ylabel(f"{title} ({unit})" + (", as streamed" if metric.startswith("tpot") else ""))
-        ax.set_title(f"{title} by max batch size, Azure conv")
+        ax.set_title(f"{title} by max batch size")
     legend_below(fig, axes, ncol=2)
     fig.suptitle("Batching knobs: the timeout and the max batch size (Llama-2-7B on one A100-80GB)")
     return fig

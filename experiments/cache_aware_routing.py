@@ -25,7 +25,7 @@ from common import MOONCAKE, Verdict, outcome, parse_args, percent, report, writ
 from paged.workloads.conversations import ConversationShape, conversation_workload
 from paged.workloads.prefix_reuse import pooled_lru_hit_rate
 from sim import SimConfig, get_model, load_workload, simulate
-from sim.plots import figure, legend_below, look
+from sim.plots import figure, legend_below, look, plain_log
 
 NAME = "cache_aware_routing"
 CONFIG = SimConfig(model="llama-3.1-8b", hardware="h100", replicas=4)
@@ -70,7 +70,7 @@ def table(quick: bool) -> pd.DataFrame:
 
 
 def plot(df: pd.DataFrame):
-    fig, axes = figure(1, 2, width=3.3, height=2.4)
+    fig, axes = figure(1, 2)
     names = list(dict.fromkeys(df.trace))
     width = 0.8 / len(ROUTERS)
     for k, router in enumerate(ROUTERS):
@@ -84,6 +84,7 @@ def plot(df: pd.DataFrame):
     axes[0, 0].set_title("hit rate / one pooled LRU cache")
     axes[0, 1].set_ylabel("TTFT p99 (s)")
     axes[0, 1].set_yscale("log")
+    plain_log(axes[0, 1].yaxis)
     axes[0, 1].set_title("time to first token, p99")
     for ax in axes[0]:
         ax.set_xticks(range(len(names)), names)

@@ -49,11 +49,12 @@ def write_csv(table, out: Path, stem: str) -> Path:
 
 
 def write_png(fig, out: Path, stem: str) -> Path:
+    """The figure, fitted to a column of a paper (`sim.plots.save`)."""
     import matplotlib.pyplot as plt
 
-    path = out / f"{stem}.png"
-    fig.tight_layout()
-    fig.savefig(path)
+    from sim.plots import save
+
+    path = save(fig, out / f"{stem}.png")
     plt.close(fig)
     return path
 

@@ -74,7 +74,7 @@ def sweep(workload: Workload, fractions: list[float]) -> pd.DataFrame:
 
 
 def plot(table: pd.DataFrame):
-    fig, axes = figure(2, 2, width=3.0, height=2.3)
+    fig, axes = figure(2, 2)
     for i, (name, d) in enumerate(table.groupby("deployment", sort=False)):
         x = 100 * d.load_of_saturation
         style = look(2 + i)  # deployments, not systems: looks of their own

@@ -21,7 +21,7 @@ import pandas as pd
 from common import SATURATION, Verdict, at_load, azure_conv, outcome, parse_args, report, write_csv, write_png
 
 from sim import KV_DTYPES, SimConfig, Workload, simulate
-from sim.plots import PALETTE, figure, legend_right
+from sim.plots import PALETTE, figure, legend_below
 
 NAME = "kv_compression"
 LOAD_QPS = 3.0
@@ -56,7 +56,7 @@ def plot(table: pd.DataFrame):
     for ax in axes[0]:
         ax.set_xticks(x, dtypes)
         ax.set_xlabel("kv_cache_dtype")
-    legend_right(axes[0, 2])
+    legend_below(fig, axes)
     fig.suptitle("Compressed KV cache: Azure conversation trace, Llama-2-7B on one A100-80GB")
     return fig
 

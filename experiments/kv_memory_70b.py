@@ -29,7 +29,7 @@ from common import REPO, SATURATION, Verdict, at_load, azure_conv, outcome, pars
 from sim import SimConfig, get_model, simulate
 from sim.compressed_swap import DEFAULT_PROFILE, SwapProfile
 from sim.hardware import get_hardware
-from sim.plots import figure
+from sim.plots import PALETTE, figure
 from sim.runner import build_cost_model
 
 NAME = "kv_memory_70b"
@@ -100,18 +100,18 @@ def swap_seconds(config: SimConfig) -> float:
 
 
 def plot(table: pd.DataFrame, accuracy: dict):
-    fig, column = figure(3, 1, width=4.6, height=2.0)
-    axes = column.reshape(1, 3)  # one panel a row: each legend below its own panel, within a page's width
+    fig, column = figure(3, 1, height=2.4)
+    axes = column.reshape(1, 3)  # one panel a row, each legend under its panel or in headroom above its data
     mem = table[table.kind == "memory"].set_index("kv_cache_dtype")
     x = np.arange(len(mem))
-    axes[0, 0].bar(x, mem.weights_gb, label="weights (fp16)")
-    axes[0, 0].bar(x, mem.kv_gb, bottom=mem.weights_gb, label="KV (same tokens)")
+    axes[0, 0].bar(x, mem.weights_gb, label="weights (fp16)", **bar(0))
+    axes[0, 0].bar(x, mem.kv_gb, bottom=mem.weights_gb, label="KV (same tokens)", **bar(1))
     for y, text, ls in ((ARTICLE_BEFORE_GB, "article: before, 280 GB", "--"),
                         (ARTICLE_AFTER_GB, "article: after, 175 GB", ":")):
         axes[0, 0].axhline(y, color="0.3", linestyle=ls, linewidth=1, label=text)
     axes[0, 0].set(ylabel="GPU memory (GB)", title="Llama-2-70B: weights + 433k tokens of KV")
     axes[0, 0].set_xticks(x, mem.index)
-    axes[0, 0].legend(loc="upper left", bbox_to_anchor=(1.02, 1.0))
+    axes[0, 0].legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2)
 
     serving = table[(table.kind == "serving") & np.isinf(table.offered_qps)].set_index("kv_cache_dtype")
     load = table[(table.kind == "serving") & (table.offered_qps == LOAD_QPS)].set_index("kv_cache_dtype")
@@ -119,29 +119,35 @@ def plot(table: pd.DataFrame, accuracy: dict):
     x = np.arange(len(dtypes))
     width = 0.27
     base_tput, base_tpot = serving.loc["fp16", "output_tokens_per_s"], load.loc["fp16", "tpot_s_p50"]
-    axes[0, 1].bar(x - width, serving.output_tokens_per_s / base_tput, width, label="throughput (saturation)")
-    axes[0, 1].bar(x, load.tpot_s_p50 / base_tpot, width, label=f"TPOT p50 at {LOAD_QPS:g} req/s")
+    axes[0, 1].bar(x - width, serving.output_tokens_per_s / base_tput, width, label="throughput (saturation)",
+                   **bar(0))
+    axes[0, 1].bar(x, load.tpot_s_p50 / base_tpot, width, label=f"TPOT p50 at {LOAD_QPS:g} req/s", **bar(1))
     axes[0, 1].bar(x + width, [accuracy[d]["prefix_match"] for d in dtypes], width,
-                   label="greedy prefix match vs fp16 (SmolLM2)")
-    axes[0, 1].axhline(1.0, color="gray", linewidth=1)
+                   label="greedy match (SmolLM2)", **bar(2))
+    axes[0, 1].axhline(1.0, color="gray", linewidth=1, label="fp16")
     axes[0, 1].set(ylabel="relative to fp16", title="what it costs (sim: 4 x A100; engine: SmolLM2)")
     axes[0, 1].set_xticks(x, dtypes)
-    axes[0, 1].legend(loc="upper left", bbox_to_anchor=(1.02, 1.0))
+    axes[0, 1].legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2)
 
     swap = table[table.kind == "swap"]
     cases = list(SWAP_CASES)
     x = np.arange(len(cases))
     for i, (dtype, rows) in enumerate(swap.groupby("kv_cache_dtype", sort=False)):
         rows = rows.set_index("swap_case").loc[cases]
-        axes[0, 2].bar(x + (i - 0.5) * 0.4, rows.output_tokens_per_s, 0.4, label=dtype)
+        axes[0, 2].bar(x + (i - 0.5) * 0.4, rows.output_tokens_per_s, 0.4, label=dtype, **bar(i))
     axes[0, 2].set(ylabel="output tokens/s",
                    title=f"memory pressed ({PRESSED_UTILIZATION:g} utilization): swap with LZ4?")
     axes[0, 2].set_xticks(x, [c.replace(", ", "\n").replace(" + ", "\n+ ").replace("recompute", "re-\ncompute")
-                              for c in cases], fontsize=7)
-    axes[0, 2].legend(loc="upper left", bbox_to_anchor=(1.02, 1.0))
+                              for c in cases])
+    axes[0, 2].set_ylim(0, 1.35 * swap.output_tokens_per_s.max())
+    axes[0, 2].legend(loc="upper center", ncol=2)
     fig.suptitle("KV compression for Llama-2-70B: memory, cost, LZ4 on swapped blocks")
-    fig.tight_layout()
     return fig
+
+
+def bar(i: int) -> dict:
+    """The i-th bar series' colour and hatch: apart in greyscale too."""
+    return {"color": PALETTE[i], "hatch": ("", "///", "...")[i], "edgecolor": "white"}
 
 
 def verdicts(table: pd.DataFrame, accuracy: dict) -> list[Verdict]:

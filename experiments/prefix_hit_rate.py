@@ -54,7 +54,7 @@ def run(workload: Workload, num_gpu_blocks: int, block_gib: float) -> dict:
 
 
 def plot(table: pd.DataFrame, bound: float, gpu_gib: float):
-    fig, axes = figure(1, 2, width=3.0)
+    fig, axes = figure(1, 2)
     ax = axes[0, 0]
     ax.plot(table.cache_gib, 100 * table.prefix_cache_hit_rate, label="hit rate, simulated (LRU)", **look(0))
     ax.axhline(100 * bound, label=f"hit rate, unlimited cache: {percent(bound)}", **REFERENCE)

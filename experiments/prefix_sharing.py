@@ -59,7 +59,7 @@ def sweep(prefixes: list[int]) -> pd.DataFrame:
 
 
 def plot(table: pd.DataFrame):
-    fig, axes = figure(1, 2, width=3.0)
+    fig, axes = figure(1, 2)
     ax = axes[0, 0]
     for caching, label in ((False, "without prefix caching"), (True, "with prefix caching")):
         d = table[table.prefix_caching == caching]

@@ -19,9 +19,9 @@ PREFILL_CHUNKS = (128, 512, 2048)
 
 def add_parser(sub) -> None:
     p = sub.add_parser("breakdown", help="where a step's time goes (non-attention, attention, LM head, ...)")
-    p.add_argument("--model", default="llama-2-7b")
-    p.add_argument("--hardware", default="a100-80gb")
-    p.add_argument("--tp", type=int, default=1)
+    p.add_argument("--model", default="llama-2-7b", help="model spec (python -m sim list names them)")
+    p.add_argument("--hardware", default="a100-80gb", help="GPU spec")
+    p.add_argument("--tp", type=int, default=1, help="tensor-parallel GPUs")
     p.add_argument("--cost-model", default="calibrated", help="calibrated or vidur:DIR")
     p.add_argument("--context", type=int, default=1024, help="context tokens of each decoding sequence")
     p.add_argument("--plot", default=None, help="write the stacked bars (PNG)")
@@ -38,25 +38,26 @@ def breakdowns(model: str, hardware: str, tp: int, cost_model: str, context: int
 
 
 def plot(steps: dict[str, dict[str, float]], title: str, path: str | Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
+    """Stacked bars, one part a colour and a hatch (apart in greyscale), in the project's style."""
     import matplotlib.pyplot as plt
 
+    from .plots import PALETTE, figure, legend_below, save
+
     parts = [k for k in BREAKDOWN_KEYS if k != "total" and any(s[k] for s in steps.values())]
-    fig, ax = plt.subplots(figsize=(8, 4))
+    fig, axes = figure(1, 1, height=2.6)
+    ax = axes[0, 0]
     labels = list(steps)
     bottom = [0.0] * len(labels)
-    for part in parts:
+    for i, part in enumerate(parts):
         heights = [steps[label][part] * 1e3 for label in labels]
-        ax.bar(labels, heights, bottom=bottom, label=part)
+        ax.bar(labels, heights, bottom=bottom, label=part, color=PALETTE[i % len(PALETTE)],
+               hatch=("", "///", "...", "xx", "\\\\", "++", "oo")[i % 7], edgecolor="white")
         bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
     ax.set_ylabel("ms per step")
-    ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=8)
+    ax.set_title(title)
     plt.setp(ax.get_xticklabels(), rotation=30, ha="right")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    legend_below(fig, axes, ncol=3)
+    save(fig, path)
     plt.close(fig)
 
 

@@ -22,7 +22,8 @@ from .replica import Replica
 
 class Cluster:
     def __init__(self, env: simpy.Environment, workload: Workload, schedulers: list[BaseScheduler], cost: CostModel,
-                 router, log: RequestLog, sample_interval_ticks: int, fast_path: bool = True, progress=None) -> None:
+                 router, log: RequestLog, sample_interval_ticks: int, max_samples: int, fast_path: bool = True,
+                 progress=None) -> None:
         self.env = env
         self.workload = workload
         self.router = router
@@ -37,8 +38,8 @@ class Cluster:
         self.next_index = 0
         self._params: dict[int, SamplingParams] = {}
         self._has_extra = any(c is not None for c in (workload.priority, workload.business_value, workload.deadline_s))
-        self.replicas = [Replica(i, env, s, cost, log, TimeSeries(sample_interval_ticks), self.next_arrival, fast_path)
-                         for i, s in enumerate(schedulers)]
+        self.replicas = [Replica(i, env, s, cost, log, TimeSeries(sample_interval_ticks, max_samples),
+                                 self.next_arrival, fast_path) for i, s in enumerate(schedulers)]
         subscribe = getattr(router, "replica_events", None)  # a router that reads the replicas' KV events
         if subscribe is not None:
             for r in self.replicas:

@@ -27,10 +27,12 @@ def available_bytes() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
-def check_fits(num_gpu_blocks: int, replicas: int, arrival_span_s: float, interval_s: float) -> None:
-    """Raise ValueError when the KV pools or the time series (at least one sample per interval
-    over the arrivals, per replica) would take more than half the memory available: the rest
-    is for the requests, the results and the machine's other work."""
+def check_fits(num_gpu_blocks: int, replicas: int, min_run_s: float, interval_s: float) -> int:
+    """Raise ValueError when the KV pools or the time series (one sample per interval and
+    replica, over at least `min_run_s`: a lower bound of the run's length) would take more than
+    half the memory available: the rest is for the requests, the results and the machine's
+    other work. Return the most samples a replica's time series may hold within that half,
+    which `TimeSeries` enforces whatever the run's length turns out to be."""
     free = available_bytes() // 2
     blocks = BYTES_PER_BLOCK * num_gpu_blocks * replicas
     if blocks > free:
@@ -39,10 +41,12 @@ def check_fits(num_gpu_blocks: int, replicas: int, arrival_span_s: float, interv
                          f"half of what is available is {free / 2**30:.1f} GiB: expected at most "
                          f"{free // (BYTES_PER_BLOCK * replicas):,} blocks (--num-gpu-blocks, or a larger "
                          "--block-size)")
-    samples = arrival_span_s / interval_s * replicas
+    free -= blocks
+    samples = (min_run_s / interval_s + 1) * replicas
     if samples * BYTES_PER_SAMPLE > free:
-        raise ValueError(f"timeseries_interval_s={interval_s:g}: the arrivals span {arrival_span_s:,.0f} s, so the "
-                         f"time series would hold at least {samples:,.0f} samples, about "
-                         f"{samples * BYTES_PER_SAMPLE / 2**30:,.1f} GiB (half of what is available is "
-                         f"{free / 2**30:.1f} GiB): expected an interval of at least "
-                         f"{arrival_span_s * replicas * BYTES_PER_SAMPLE / free:.3g} s (--timeseries-interval-s)")
+        raise ValueError(f"timeseries_interval_s={interval_s:g}: the run lasts at least {min_run_s:,.3g} s (its "
+                         f"arrivals, and the steps its requests need), so the time series would hold at least "
+                         f"{samples:,.0f} samples, about {samples * BYTES_PER_SAMPLE / 2**30:,.1f} GiB (half of what "
+                         f"is available is {free / 2**30:.1f} GiB): expected an interval of at least "
+                         f"{min_run_s * replicas * BYTES_PER_SAMPLE / free:.3g} s (--timeseries-interval-s)")
+    return max(2, free // (BYTES_PER_SAMPLE * replicas))

@@ -3,13 +3,16 @@
 - Colours: Okabe & Ito's colour-blind-safe palette. Every series also has its own line style
   and marker, so a figure still reads in greyscale; `look(name)` gives a named system the same
   look in every figure ("paged" is always blue, solid, circles).
-- Size: 8-point text, and panels of 2.3 x 2.1 inches (up to 3.0 x 2.3 for two across), so that
-  no figure is wider than `MAX_WIDTH_IN`, a page's text width: printed at that width (a figure*
-  in a two-column paper) its text stays 8 points; one panel fits a column.
-- Legends sit outside the data (`legend_below`, `legend_right`); reference lines (the
-  article's numbers, capacities, bounds) are grey and labelled, so they are in the legend.
-- Latency distributions mark their p50 (filled circle) and p99 (open triangle): `cdf`, with
-  `PERCENTILE_HANDLES` for the legend.
+- Size: every figure fits one column of a two-column paper, `COLUMN_WIDTH_IN` (3.5 in), with
+  text of 7.5-8.5 points: printed at a column's width no text is under `MIN_PRINTED_PT` (7).
+  `figure(rows, cols)` stacks up to three panels in one column and lays out more two across,
+  keeping the `axes[row, col]` a script asked for; `save` wraps titles and labels to their
+  panel, and warns (`SmallTextWarning`) if the figure still prints text too small.
+- Legends sit outside the data (`legend_below`; `legend_right` for a notebook's own figure);
+  reference lines (the article's numbers, capacities, bounds) are grey and labelled, so they
+  are in the legend.
+- Latency distributions mark their p50 (filled circle) and p99 (open triangle): `cdf`, and
+  `legend_below(..., percentiles=True)` explains the marks.
 """
 from __future__ import annotations
 
@@ -18,7 +21,8 @@ from pathlib import Path
 import numpy as np
 from cycler import cycler  # matplotlib's own dependency: no import of matplotlib here
 
-MAX_WIDTH_IN = 7.25  # a page's text width, with the labels and legends outside the panels
+COLUMN_WIDTH_IN = 3.5  # one column of a two-column paper
+MIN_PRINTED_PT = 7.0  # the smallest text a figure may print at COLUMN_WIDTH_IN
 PALETTE = ("#0072B2", "#D55E00", "#009E73", "#E69F00", "#CC79A7", "#56B4E9", "#000000")  # Okabe & Ito
 LINESTYLES = ("-", "--", "-.", ":", (0, (5, 1)), (0, (3, 1, 1, 1, 1, 1)), (0, (1, 1)))
 MARKERS = ("o", "s", "^", "D", "v", "P", "X")
@@ -50,13 +54,80 @@ def look(series: str | int) -> dict:
     return {"color": PALETTE[i], "ls": LINESTYLES[i], "marker": MARKERS[i]}
 
 
-def figure(nrows: int = 1, ncols: int = 1, width: float = 2.3, height: float = 2.1):
-    """A figure in the project's style. Scripts without a display get matplotlib's headless
-    default backend on their own; a notebook keeps its inline one."""
+class SmallTextWarning(UserWarning):
+    """A figure that, printed at a column's width, would show text under MIN_PRINTED_PT."""
+
+
+def figure(nrows: int = 1, ncols: int = 1, width: float | None = None, height: float | None = None):
+    """A figure in the project's style, one column wide: up to three panels stacked, more two
+    across. `axes[r, c]` is the panel a `nrows` x `ncols` grid would have there (row by row);
+    `height` is each panel's, in inches; `width` is not used (a panel takes the column's width,
+    or half of it). Scripts without a display get matplotlib's headless default backend on
+    their own; a notebook keeps its inline one."""
     import matplotlib.pyplot as plt
 
     plt.rcParams.update(STYLE)
-    return plt.subplots(nrows, ncols, figsize=(width * ncols, height * nrows), squeeze=False)
+    n = nrows * ncols
+    cols = 1 if n <= 3 else 2
+    rows = -(-n // cols)
+    height = height or (2.0 if cols == 1 else 2.1)
+    # 0.2 in less than the column: savefig's tight bounding box pads 0.1 in on each side
+    fig, grid = plt.subplots(rows, cols, figsize=(COLUMN_WIDTH_IN - 0.2, height * rows), squeeze=False)
+    flat = list(grid.ravel())
+    for ax in flat[n:]:
+        ax.remove()
+    return fig, np.array(flat[:n], dtype=object).reshape(nrows, ncols)
+
+
+def _wrap(text: str, width_in: float, size_pt: float) -> str:
+    """`text` broken into lines that fit `width_in` at `size_pt` (a character is about half its
+    size wide); line breaks written for a wider figure are redone."""
+    import textwrap
+
+    return textwrap.fill(" ".join(text.split()), max(12, int(width_in * 72 / (0.56 * size_pt))))
+
+
+def fit_to_column(fig) -> None:
+    """Wrap the suptitle, every panel's title and axis labels, to the width they have."""
+    if fig.get_suptitle():
+        fig.suptitle(_wrap(fig.get_suptitle(), fig.get_figwidth(), STYLE["figure.titlesize"]))
+    for ax in fig.axes:
+        pos = ax.get_position()
+        w_in, h_in = pos.width * fig.get_figwidth(), pos.height * fig.get_figheight()
+        t = ax.title
+        if t.get_text():
+            t.set_text(_wrap(t.get_text(), w_in + 0.15, t.get_fontsize()))
+        for label, size_in in ((ax.xaxis.label, w_in + 0.2), (ax.yaxis.label, h_in + 0.2)):
+            if label.get_text():
+                label.set_text(_wrap(label.get_text(), size_in, label.get_fontsize()))
+
+
+def printed_text_pt(fig) -> float:
+    """The smallest text of `fig`, in points, once the figure as saved (tight) is printed a
+    column wide (or at its own size, if narrower)."""
+    import matplotlib as mpl
+    from matplotlib.text import Text
+
+    fig.canvas.draw()
+    width = fig.get_tightbbox(fig.canvas.get_renderer()).width + 2 * mpl.rcParams["savefig.pad_inches"]
+    sizes = [t.get_fontsize() for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip()]
+    return min(sizes, default=MIN_PRINTED_PT) * min(1.0, COLUMN_WIDTH_IN / width)
+
+
+def save(fig, path: str | Path) -> Path:
+    """Fit `fig` to a column and write it; warn if its text would print under MIN_PRINTED_PT."""
+    import warnings
+
+    fit_to_column(fig)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    pt = printed_text_pt(fig)
+    if pt < MIN_PRINTED_PT - 1e-9:
+        warnings.warn(f"{path}: printed a column ({COLUMN_WIDTH_IN} in) wide, its smallest text would be "
+                      f"{pt:.1f} pt; expected at least {MIN_PRINTED_PT:g}", SmallTextWarning, stacklevel=2)
+    return path
 
 
 def plain_log(axis) -> None:
@@ -104,34 +175,40 @@ def _handles(axes, extra=()):
 
 
 def legend_below(fig, axes, ncol: int | None = None, percentiles: bool = False) -> None:
-    """One legend for the whole figure, under its panels (outside every axis)."""
+    """One legend for the whole figure, under its panels (outside every axis), in as many
+    columns (at most `ncol`) as its longest label lets fit a column's width."""
     handles = _handles(axes, _percentile_handles() if percentiles else ())
+    longest = max((len(h.get_label()) for h in handles), default=1)
+    fits = max(1, int(COLUMN_WIDTH_IN * 72 / (0.5 * STYLE["legend.fontsize"] * longest + 30)))
     fig.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 0.0),
-               ncol=ncol or min(len(handles), 4))
+               ncol=min(ncol or 4, len(handles), fits))
 
 
 def legend_right(ax, percentiles: bool = False, **kwargs) -> None:
-    """A panel's own legend, to its right (outside the data)."""
+    """A panel's own legend, to its right (outside the data): for a figure of its own in a
+    notebook; a paper's figures take `legend_below`, which keeps them a column wide."""
     ax.legend(handles=_handles([ax], _percentile_handles() if percentiles else ()), loc="upper left",
               bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, **kwargs)
 
 
 def summary_figure(result, path: str | Path | None = None):
-    """TTFT, TPOT and E2E CDFs (p50 and p99 marked), and KV usage with running / waiting
-    requests over time, each replica in its own look."""
-    fig, axes = figure(2, 2, width=3.0, height=2.3)
+    """Three panels, one column: the TTFT and E2E CDFs (one log axis of seconds), the TPOT CDF
+    (ms), each with its p50 and p99 marked; KV usage over time, each replica in its own look,
+    with replica 0's running and waiting requests."""
+    fig, axes = figure(3, 1)
     done = result.finished_mask()
     lat = result.latency_columns()
-    panels = ((axes[0, 0], "ttft_s", "time to first token"),
-              (axes[0, 1], "tpot_s", "time per output token (mean per request)"),
-              (axes[1, 0], "e2e_s", "end-to-end latency"))
-    for ax, key, title in panels:
-        cdf(ax, lat[key][done], **look(0))
-        ax.set_xlabel("seconds")
-        ax.set_title(title)
-        if key != "tpot_s":
-            ax.set_xscale("log")
-    ax = axes[1, 1]
+    ax = axes[0, 0]
+    # latencies in the palette's last looks, replicas (below) in its first: no two series share one
+    for i, (key, label) in ((6, ("ttft_s", "time to first token")), (4, ("e2e_s", "end-to-end latency"))):
+        cdf(ax, lat[key][done], label=label, **look(i))
+    ax.set_xscale("log")
+    plain_log(ax.xaxis)
+    ax.set(xlabel="seconds", title="latency per request")
+    ax = axes[1, 0]
+    cdf(ax, 1e3 * lat["tpot_s"][done], label="time per output token", **look(5))
+    ax.set(xlabel="ms", title="time per output token (first to last token)")
+    ax = axes[2, 0]
     ts = result.timeseries_columns
     replicas = np.unique(ts["replica"]).astype(int)
     for r in replicas:
@@ -141,7 +218,7 @@ def summary_figure(result, path: str | Path | None = None):
     ax.set_ylabel("KV blocks used (%)")
     ax.set_ylim(0, 101)
     ax.set_xlabel("simulated time (s)")
-    ax.set_title("KV cache over time" + (" (requests: replica 0)" if len(replicas) > 1 else ""))
+    ax.set_title("KV cache and queue" + (" (requests: replica 0)" if len(replicas) > 1 else ""))
     ax2 = ax.twinx()
     m = ts["replica"] == 0
     ax2.plot(ts["time_s"][m], ts["num_running"][m], color="0.35", ls=":", lw=0.9, label="running requests")
@@ -152,8 +229,6 @@ def summary_figure(result, path: str | Path | None = None):
     legend_below(fig, fig.axes, percentiles=True)
     cfg = result.config
     fig.suptitle(f"{result.workload.name}: {cfg.model}, {cfg.replicas} replica(s) of {cfg.tp} x {cfg.hardware}")
-    fig.tight_layout()
     if path is not None:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path)
+        save(fig, path)
     return fig

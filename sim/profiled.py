@@ -132,6 +132,9 @@ def relative_nnls(X: np.ndarray, t: np.ndarray) -> np.ndarray:
     return nnls(A, np.ones(len(t))) / scale
 
 
+ALTERNATIVES = "; --cost-model also takes calibrated, vidur:DIR or roofline"
+
+
 def read_profile(path: str | Path) -> dict:
     path = Path(path)
     try:
@@ -140,13 +143,13 @@ def read_profile(path: str | Path) -> dict:
         raise ValueError(f"{path}: not valid JSON ({e})") from None
     except UnicodeDecodeError as e:
         raise ValueError(f"{path}: byte {e.start} is not UTF-8 text: expected a {PROFILE_FORMAT} JSON file "
-                         "(python -m paged.engine profile writes one), or 'roofline'") from None
+                         f"(python -m paged.engine profile writes one){ALTERNATIVES}") from None
     except OSError as e:
         raise ValueError(f"{path}: cannot read the cost model profile ({e.strerror}): expected a {PROFILE_FORMAT} "
-                         "JSON file, or 'roofline'") from None
+                         f"JSON file{ALTERNATIVES}") from None
     if not isinstance(prof, dict) or prof.get("format") != PROFILE_FORMAT:
         got = prof.get("format") if isinstance(prof, dict) else type(prof).__name__
-        raise ValueError(f"{path}: format={got!r}: expected {PROFILE_FORMAT!r}")
+        raise ValueError(f"{path}: format={got!r}: expected {PROFILE_FORMAT!r}{ALTERNATIVES}")
     samples = prof.get("samples")
     if not isinstance(samples, list) or len(samples) < len(FEATURES):
         raise ValueError(f"{path}: expected at least {len(FEATURES)} samples, got "

@@ -10,6 +10,8 @@ import numpy as np
 
 from paged.core.request import Request
 
+from .clock import TICKS_PER_S
+
 TIMESERIES_COLUMNS = ("time_s", "kv_usage", "kv_tokens", "fragmentation", "num_running", "num_waiting",
                       "num_swapped", "batch_tokens")
 
@@ -60,14 +62,31 @@ class RequestLog:
 
 
 class TimeSeries:
-    """Samples of one replica's state at times 0, dt, 2*dt, ... (ticks)."""
+    """Samples of one replica's state at times 0, dt, 2*dt, ... (ticks), at most `max_rows` of
+    them: a run that outlasts what the memory check foresaw keeps every second sample and
+    doubles dt (`coarsened` counts how often) rather than exhaust the machine's memory."""
 
-    __slots__ = ("interval", "next_tick", "rows")
+    __slots__ = ("interval", "next_tick", "rows", "max_rows", "coarsened")
 
-    def __init__(self, interval_ticks: int) -> None:
+    def __init__(self, interval_ticks: int, max_rows: int) -> None:
         self.interval = interval_ticks
         self.next_tick = 0
         self.rows: list[tuple] = []
+        self.max_rows = max_rows
+        self.coarsened = 0
+
+    def fill(self, now: int, row: tuple) -> None:
+        """Record `row` (the state, unchanged since the last event) at every sample time before `now`."""
+        while len(self.rows) + -(-(now - self.next_tick) // self.interval) > self.max_rows:
+            self.rows = self.rows[::2]  # the samples at 0, 2 dt, 4 dt, ...: the doubled grid
+            self.interval *= 2
+            self.next_tick = -(-self.next_tick // self.interval) * self.interval
+            self.coarsened += 1
+        rows, tick, interval = self.rows, self.next_tick, self.interval
+        while tick < now:
+            rows.append((tick / TICKS_PER_S, *row))
+            tick += interval
+        self.next_tick = tick
 
     def columns(self) -> dict[str, np.ndarray]:
         data = np.array(self.rows, dtype=np.float64).reshape(-1, len(TIMESERIES_COLUMNS))

@@ -60,7 +60,7 @@ class Replica:
         self._wake_generation = 0
         self._out = None  # the step in progress, when not a window
         self._step_ticks = 0
-        self._window = None  # (steps, lines, batch size) of the window in progress
+        self._window = None  # (steps, lines, batch size, tokens a step gives clients) of the window in progress
         self._k = 0  # uniform decode steps available now
         # With per-token ITLs asked for: each unfinished request's token times (ticks), and the
         # output counts of the running requests when the step in progress began.
@@ -154,10 +154,11 @@ class Replica:
                     used += self._window_blocks(n)
                     if used > self.peak_used_blocks:
                         self.peak_used_blocks = used
-                self._window = (n, lines, batch)
+                tokens = sched.uniform_step_tokens_out()
+                self._window = (n, lines, batch, tokens)
                 self.num_windows += 1
                 self.num_window_steps += n
-                self.itl_weighted_ticks += d * batch
+                self.itl_weighted_ticks += d * tokens
                 self.busy_ticks += d
                 if self.token_times is not None:
                     self._count_outputs()
@@ -187,12 +188,12 @@ class Replica:
         win = self._window
         if win is not None:
             self._window = None
-            n, lines, batch = win
+            n, lines, _batch, tokens = win
             finished = sched.advance_decode_steps(n, now / TICKS_PER_S)
             if self.token_times is not None:
                 durations = [step_duration(lines, j) for j in range(n)]
                 self._record_token_times(list(accumulate(durations, initial=now - sum(durations)))[1:])
-            add_window_to_histogram(self.itl_hist, lines, n, batch)
+            add_window_to_histogram(self.itl_hist, lines, n, tokens)
             # the envelope of lines is convex in the step: its longest step is the first or the last
             self.longest_step.add(now, max(step_duration(lines, 0), step_duration(lines, n - 1)))
         else:
@@ -211,7 +212,7 @@ class Replica:
             if self.token_times is not None:
                 self._record_token_times([now])
             self.longest_step.add(now, self._step_ticks)
-            nd = out.num_decode_tokens
+            nd = len(out.decode_requests)  # tokens clients get: a static batch's padding slots give none
             if nd:
                 d = self._step_ticks
                 b = itl_bin(d)
@@ -258,11 +259,7 @@ class Replica:
         out = self._out
         row = (st.kv_cache_usage_perc, st.kv_cache_tokens_perc, st.fragmentation, st.num_requests_running,
                st.num_requests_waiting, st.num_requests_swapped, out.num_scheduled_tokens if out is not None else 0)
-        rows, tick, interval = ts.rows, ts.next_tick, ts.interval
-        while tick < now:
-            rows.append((tick / TICKS_PER_S, *row))
-            tick += interval
-        ts.next_tick = tick
+        ts.fill(now, row)
 
     def close(self, end: int) -> None:
         """Record the samples due up to the end of the run, inclusive."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from dataclasses import replace
 
 import numpy as np
@@ -107,6 +108,24 @@ def sample_interval_s(workload: Workload) -> float:
     return max(0.01, next(m * base for m in (1, 2, 5, 10) if m * base >= raw))
 
 
+def min_run_s(workload: Workload, config: SimConfig, cost: CostModel, cache: CacheConfig,
+              sched: SchedulerConfig) -> float:
+    """A lower bound of the run's length, for the memory check: the last arrival, each request
+    that can run its arrival plus one step per output token, and each replica's share of all
+    output tokens at max_num_seqs a step; no step is shorter than the cost model's intercept."""
+    if not len(workload):
+        return 0.0
+    step_s = max(p[0] for p in cost.pieces) / TICKS_PER_S
+    total = workload.num_prompt_tokens + workload.num_output_tokens
+    reserved = np.full(len(workload), sched.max_model_len) if config.static_batching and \
+        config.static_reserve == "max_model_len" else total
+    runs = (total <= sched.max_model_len) & (reserved <= cache.num_gpu_slots)
+    out = workload.num_output_tokens[runs]
+    own = float((workload.arrival_s[runs] + out * step_s).max()) if len(out) else 0.0
+    shared = float(out.sum()) / (config.replicas * sched.max_num_seqs) * step_s
+    return max(float(workload.arrival_s[-1]), own, shared)
+
+
 def simulate(workload: Workload, config: SimConfig | None = None, *, stop_on_miss: SLO | None = None,
              **overrides) -> SimResult:
     """Replay `workload` on the deployment `config` describes (keyword overrides change fields).
@@ -117,8 +136,9 @@ def simulate(workload: Workload, config: SimConfig | None = None, *, stop_on_mis
     cost = build_cost_model(config)
     cache, sched = build_cache_config(config), build_scheduler_config(config)
     interval = config.timeseries_interval_s or sample_interval_s(workload)
-    check_fits(cache.num_gpu_blocks, config.replicas, float(workload.arrival_s[-1]) if len(workload) else 0.0,
-               interval)
+    max_samples = check_fits(cache.num_gpu_blocks, config.replicas,
+                             min_run_s(workload, config, cost, cache, sched) if stop_on_miss is None
+                             else float(workload.arrival_s[-1]) if len(workload) else 0.0, interval)
     schedulers = [make_scheduler(config, cache, sched) for _ in range(config.replicas)]
     capacity_ids = cache.num_gpu_slots // workload.hash_id_block_size or 1
     router = make_router(config.router, config.replicas, capacity_ids, config.block_size, workload.hash_id_block_size)
@@ -131,7 +151,8 @@ def simulate(workload: Workload, config: SimConfig | None = None, *, stop_on_mis
         from tqdm import tqdm
 
         progress = tqdm(total=len(workload), unit="req", desc="arrivals", mininterval=0.5)
-    cluster = Cluster(env, workload, schedulers, cost, router, log, to_ticks(interval), config.fast_path, progress)
+    cluster = Cluster(env, workload, schedulers, cost, router, log, to_ticks(interval), max_samples, config.fast_path,
+                      progress)
     try:
         env.run()
     except SLOMissed:
@@ -143,6 +164,12 @@ def simulate(workload: Workload, config: SimConfig | None = None, *, stop_on_mis
     if progress is not None:
         progress.close()
     wall = time.perf_counter() - start
+    coarsened = max(r.timeseries.coarsened for r in replicas)
+    if coarsened:
+        warnings.warn(f"the time series would have outgrown half of this machine's memory at one sample every "
+                      f"{interval:g} s over the run's {end / TICKS_PER_S:,.4g} s: it keeps one every "
+                      f"{interval * 2**coarsened:g} s instead (a larger --timeseries-interval-s avoids this)",
+                      RuntimeWarning, stacklevel=2)
 
     ts = {c: [] for c in ("replica", *TIMESERIES_COLUMNS)}
     for r in replicas:

@@ -46,25 +46,27 @@ def pareto_front(costs, values) -> list[int]:
 
 def pareto_figure(df, path=None):
     """Max QPS against dollars per hour (GPUs when no prices are known), the front drawn."""
-    from .plots import figure
+    from .plots import figure, look, save
 
     priced = df.usd_per_hour.notna().any()
     x = df.usd_per_hour if priced else df.gpus.astype(float)
-    fig, axes = figure(1, 1, width=6, height=4)
+    fig, axes = figure(1, 1, height=2.6)
     ax = axes[0, 0]
     ok = df.feasible.astype(bool)
-    for hw, d in df[ok].groupby("hardware"):
-        ax.scatter(x[d.index], d.max_qps, s=14, label=hw)
+    for i, (hw, d) in enumerate(df[ok].groupby("hardware")):  # a marker each: apart in greyscale too
+        ax.scatter(x[d.index], d.max_qps, s=14, label=hw, color=look(i)["color"], marker=look(i)["marker"])
     front = pareto_front(x[ok].tolist(), df.max_qps[ok].tolist())
     idx = [df[ok].index[i] for i in front]
     ax.plot(x[idx], df.max_qps[idx], color="black", lw=0.8, ls="--", label="Pareto front")
-    for i in idx:
-        ax.annotate(deployment_name(df.loc[i]), (x[i], df.max_qps[i]), fontsize=6, xytext=(3, -8),
-                    textcoords="offset points")
+    mid = (x[ok].min() + x[ok].max()) / 2
+    for i in idx:  # each name on the side of its point towards the middle: inside the panel
+        right = x[i] > mid
+        ax.annotate(deployment_name(df.loc[i]), (x[i], df.max_qps[i]), fontsize=7, xytext=(-3 if right else 3, -8),
+                    textcoords="offset points", ha="right" if right else "left")
     ax.set_xlabel("cost (USD per hour)" if priced else "GPUs")
     ax.set_ylabel("max QPS within the SLOs")
     ax.set_title("deployments: throughput within SLOs against cost")
     ax.legend()
     if path is not None:
-        fig.savefig(path)
+        save(fig, path)
     return fig

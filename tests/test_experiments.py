@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+pytestmark = pytest.mark.filterwarnings("error::sim.plots.SmallTextWarning")
 EXPERIMENTS = Path(__file__).resolve().parent.parent / "experiments"
 
 
@@ -32,14 +33,16 @@ def run_quick(name: str, out: Path) -> pd.DataFrame:
 
 
 def check_figure(path: Path) -> None:
-    """A real figure, no wider than a page's text width at the style's resolution (so that its
-    8-point text is printed at 8 points)."""
+    """A real figure, about a column wide at the style's resolution: printed a column wide, its
+    7.5-point tick labels stay at 7 points or more. (`sim.plots.save` checks every text's size
+    too, and this module turns its SmallTextWarning into an error.)"""
     from PIL import Image
 
-    from sim.plots import MAX_WIDTH_IN, STYLE
+    from sim.plots import COLUMN_WIDTH_IN, MIN_PRINTED_PT, STYLE
 
     assert path.stat().st_size > 10_000
-    assert Image.open(path).size[0] <= MAX_WIDTH_IN * STYLE["savefig.dpi"]
+    widest_in = COLUMN_WIDTH_IN * STYLE["xtick.labelsize"] / MIN_PRINTED_PT
+    assert Image.open(path).size[0] <= widest_in * STYLE["savefig.dpi"]
 
 
 def check_verdicts(text: str) -> None:

@@ -75,6 +75,12 @@ class BaseScheduler(ABC):
         """(num_decode_tokens, decode_context_sum) of the next decode step; each later step of a
         uniform window adds num_decode_tokens to the context sum."""
 
+    def uniform_step_tokens_out(self) -> int:
+        """Tokens each step of a uniform window gives to clients: one per decode slot, unless
+        slots decode padding (a static batch's members that have stopped), which no client
+        receives and no inter-token latency counts."""
+        return self.uniform_step_shape()[0]
+
     @abstractmethod
     def block_needs(self, k: int) -> list[int]:
         """New blocks each of the next k uniform decode steps allocates."""

@@ -191,6 +191,9 @@ class StaticBatchScheduler(BaseScheduler):
         B = len(self.batch)
         return B, B * (self._max_prompt + self._step)
 
+    def uniform_step_tokens_out(self) -> int:
+        return sum(1 for r in self.batch if self._live(r))
+
     def block_needs(self, k: int) -> list[int]:
         return [0] * k  # everything was reserved up front
 

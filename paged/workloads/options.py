@@ -29,7 +29,7 @@ def shared_prefix_arg(text: str) -> tuple[int, int, int, int]:
 
 def add_workload_options(p: argparse.ArgumentParser, trace_default=None) -> None:
     g = p.add_argument_group("workload")
-    g.add_argument("--trace", default=trace_default, help="trace file (required unless in --config)")
+    g.add_argument("--trace", default=trace_default, help="trace file (this or --shared-prefix names the workload)")
     g.add_argument("--shared-prefix", type=shared_prefix_arg, default=None, metavar="GROUPS,PREFIX,SUFFIX,OUTPUT",
                    help="instead of a trace: --num-requests synthetic requests at --rate, in GROUPS groups each "
                         "sharing a PREFIX-token system prompt, then SUFFIX tokens of their own, OUTPUT tokens out")

@@ -5,6 +5,7 @@ import argparse
 import json
 import math
 import sys
+import warnings
 from pathlib import Path
 
 from paged.metrics_summary import format_summary, jsonable
@@ -31,7 +32,11 @@ def cmd_run(args: argparse.Namespace) -> int:
               file=sys.stderr)
     if args.progress_bar and len(workload) >= 20_000:
         config.progress = True
-    result = simulate(workload, config)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", RuntimeWarning)
+        result = simulate(workload, config)
+    for w in caught:
+        print(f"warning: {w.message}", file=sys.stderr)
     summary = result.summary()
     if args.slo_ttft_s is not None or args.slo_tpot_s is not None:
         summary["goodput"] = result.goodput(args.slo_ttft_s if args.slo_ttft_s is not None else math.inf,

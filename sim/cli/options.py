@@ -20,11 +20,11 @@ OUTPUT_KEYS = ("json", "requests_csv", "timeseries_csv", "plot", "slo_ttft_s", "
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """Each option's default after its help, except where there is none to show (None: the help
-    says what happens then; a switch: it is off)."""
+    """Each option's default after its help, except where there is none to show (None or "":
+    the help says what happens then; a switch: it is off) or the help names it already."""
 
     def _get_help_string(self, action: argparse.Action) -> str:
-        if action.default is None or isinstance(action.default, bool):
+        if action.default in (None, "") or isinstance(action.default, bool) or "(default" in (action.help or ""):
             return action.help
         return super()._get_help_string(action)
 
@@ -101,7 +101,9 @@ def add_sim_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--record-itl", action="store_true",
                    help="keep every inter-token latency of every request (the itl_s column of --requests-csv)")
     g.add_argument("--timeseries-interval-s", type=float, default=None,
-                   help="time-series sample spacing (default: about 1,000 samples over the arrivals, >= 10 ms)")
+                   help="time-series sample spacing (default: about 1,000 samples over the arrivals, >= 10 ms). "
+                        "Refused when the samples would surely outgrow half the memory; doubled, with a warning, "
+                        "if a run outlasts what that check foresaw")
 
 
 def weights(text: str) -> tuple[float, float, float]:
@@ -126,14 +128,13 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     parser = argparse.ArgumentParser(prog="python -m sim", description="Simulate paged-KV serving.",
                                      epilog="The summary's keys are explained in docs/summary_keys.md.")
     sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="simulate a trace", formatter_class=HelpFormatter,
+    run = sub.add_parser("run", help="simulate a trace",
                          epilog="The summary's keys are explained in docs/summary_keys.md.")
     run.add_argument("--config", default=None, help="YAML file with the same options")
     add_workload_options(run)
     add_sim_options(run)
     add_output_options(run)
-    demo = sub.add_parser("demo", help="the Azure conversation trace on Llama-2-7B / A100-80GB, with a figure",
-                          formatter_class=HelpFormatter)
+    demo = sub.add_parser("demo", help="the Azure conversation trace on Llama-2-7B / A100-80GB, with a figure")
     demo.add_argument("--out", default=str(REPO / "experiments" / "results" / "demo"),
                       help="folder for demo.png and summary.json")
     demo.add_argument("--num-requests", type=int, default=None, help="the first N requests (default: all)")
@@ -145,6 +146,8 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     sub.add_parser("list", help="known models, hardware, routers, policies, trace formats")
     sub.add_parser("bench", help="simulated requests per wall second and peak memory (see sim.bench)",
                    add_help=False)
+    for p in sub.choices.values():  # every subcommand's --help shows its defaults
+        p.formatter_class = HelpFormatter
     return parser, run
 
 

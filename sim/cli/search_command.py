@@ -22,24 +22,28 @@ def _list(kind):
 
 
 def add_search_parser(sub) -> None:
+    """The lists' defaults are strings, which argparse parses with the option's type as it
+    would the command line's (and --help shows as typed)."""
     p = sub.add_parser("search", help="each deployment's max request rate within p99 TTFT/TPOT SLOs")
     add_workload_options(p)  # the arrivals' scale is the search's: a length-only trace's --rate only seeds them
-    p.add_argument("--model", default="llama-2-7b")
-    p.add_argument("--hardware", type=_list(str), default=["a100-80gb"], help="comma-separated, e.g. a100-80gb,h100")
-    p.add_argument("--tp", type=_list(int), default=[1])
-    p.add_argument("--replicas", type=_list(int), default=[1])
-    p.add_argument("--router", type=_list(str), default=["round_robin"], help=f"comma-separated of {list(ROUTERS)}")
-    p.add_argument("--max-num-seqs", type=_list(int), default=[256])
-    p.add_argument("--slo-ttft-p99", type=float, required=True, help="seconds")
-    p.add_argument("--slo-tpot-p99", type=float, required=True, help="seconds")
+    p.add_argument("--model", default="llama-2-7b", help="model spec (python -m sim list names them)")
+    p.add_argument("--hardware", type=_list(str), default="a100-80gb", help="comma-separated, e.g. a100-80gb,h100")
+    p.add_argument("--tp", type=_list(int), default="1", help="tensor-parallel GPUs per replica, comma-separated")
+    p.add_argument("--replicas", type=_list(int), default="1", help="replicas, comma-separated")
+    p.add_argument("--router", type=_list(str), default="round_robin", help=f"comma-separated of {list(ROUTERS)}")
+    p.add_argument("--max-num-seqs", type=_list(int), default="256", help="most requests in one step, comma-separated")
+    p.add_argument("--slo-ttft-p99", type=float, required=True, help="p99 TTFT target (s)")
+    p.add_argument("--slo-tpot-p99", type=float, required=True, help="p99 TPOT target (s)")
     p.add_argument("--rtol", type=float, default=0.02, help="bisection stops when top / bottom <= 1 + rtol")
     p.add_argument("--gpu-hour-usd", default="", help="hw=price,... over the defaults of sim.prices")
-    p.add_argument("--backend", default="processes", choices=BACKENDS)
+    p.add_argument("--backend", default="processes", choices=BACKENDS,
+                   help="where the simulations run: local processes or a Ray cluster")
     p.add_argument("--ray-address", default=None, help="a Ray cluster to join (default: a local one)")
-    p.add_argument("--workers", type=int, default=None)
-    p.add_argument("--json", default=None)
+    p.add_argument("--workers", type=int, default=None,
+                   help="parallel simulations (default: one per core, or per CPU of the Ray cluster)")
+    p.add_argument("--json", default=None, help="write every deployment's row, the SLOs and the workload (JSON)")
     p.add_argument("--plot", default=None, help="the Pareto figure (PNG)")
-    p.add_argument("--no-progress", dest="progress_bar", action="store_false")
+    p.add_argument("--no-progress", dest="progress_bar", action="store_false", help="no progress bar")
 
 
 def cmd_search(args: argparse.Namespace) -> int:

@@ -100,5 +100,64 @@ def test_settings_that_would_exhaust_memory_are_refused(azure_conv, capsys, monk
     err = run(capsys, "--trace", str(azure_conv), "--num-requests", "50", "--num-gpu-blocks", "100000000")
     assert "num_gpu_blocks=100,000,000 x 1 replica(s) would take about 11.9 GiB" in err
     err = run(capsys, "--trace", str(azure_conv), "--num-requests", "50", "--timeseries-interval-s", "1e-9")
-    assert "timeseries_interval_s=1e-09: the arrivals span" in err and "expected an interval of at least" in err
+    assert "timeseries_interval_s=1e-09: the run lasts at least" in err and "expected an interval of at least" in err
     assert main(["run", "--trace", str(azure_conv), "--num-requests", "50", "--num-gpu-blocks", "1000"]) == 0
+
+
+def test_a_time_series_too_fine_for_requests_all_at_t0_is_refused(monkeypatch):
+    """Arrivals span nothing, yet the run lasts as long as its steps: one per output token at
+    least, each no shorter than the cost model's intercept (2 ms here): 2,000 x 2 ms."""
+    import numpy as np
+
+    import sim.host_memory
+    from sim import CostModel, SimConfig, Workload, simulate
+
+    monkeypatch.setattr(sim.host_memory, "available_bytes", lambda: 2**30)
+    w = Workload(np.zeros(10), np.full(10, 100), np.full(10, 2000))
+    cost = CostModel([(0.002, 1e-5, 0.0, 1e-5, 0.0, 0.0)])
+    with pytest.raises(ValueError, match=r"timeseries_interval_s=1e-07: the run lasts at least 4 s"):
+        simulate(w, SimConfig(timeseries_interval_s=1e-7, cost_model=cost))
+
+
+def test_a_run_longer_than_foreseen_keeps_a_bounded_time_series(monkeypatch):
+    """A cost model without an intercept lets the memory check foresee almost no run time; the
+    time series then keeps every second sample, doubling its interval as often as it must,
+    and warns, instead of exhausting memory. The requests' results do not depend on sampling."""
+    import numpy as np
+
+    import sim.host_memory
+    from sim import CostModel, SimConfig, Workload, simulate
+    from sim.host_memory import BYTES_PER_SAMPLE
+
+    per_token = CostModel([(0.0, 1e-4, 0.0, 1e-4, 0.0, 0.0)])
+    w = Workload(np.zeros(20), np.full(20, 1000), np.full(20, 300))
+    config = SimConfig(cost_model=per_token, num_gpu_blocks=4000, replicas=2, timeseries_interval_s=0.001)
+    monkeypatch.setattr(sim.host_memory, "available_bytes",
+                        lambda: 2 * (4000 * 2 * sim.host_memory.BYTES_PER_BLOCK + 100 * 2 * BYTES_PER_SAMPLE))
+    with pytest.warns(RuntimeWarning, match="keeps one every 0.016 s instead"):
+        bounded = simulate(w, config)
+    ts = bounded.timeseries
+    assert all(40 < n <= 100 for n in ts.groupby("replica").size())
+    for _, t in ts.groupby("replica").time_s:
+        np.testing.assert_allclose(t.to_numpy(), np.arange(len(t)) * 0.016)
+    assert t.iloc[-1] <= bounded.summary()["simulated_time_s"] < t.iloc[-1] + 0.016
+    monkeypatch.undo()
+    fine = simulate(w, config)
+    assert len(fine.timeseries) > 1000 and fine.requests.equals(bounded.requests)
+
+
+def test_the_command_line_says_when_it_coarsened_the_time_series(azure_conv, capsys, monkeypatch, tmp_path):
+    """The run completes and writes its outputs; stderr says which interval the series kept."""
+    import pandas as pd
+
+    import sim.host_memory
+
+    monkeypatch.setattr(sim.runner, "min_run_s", lambda *_args: 0.0)  # an estimate the run outlasts
+    monkeypatch.setattr(sim.host_memory, "available_bytes",
+                        lambda: 2 * (7609 * sim.host_memory.BYTES_PER_BLOCK + 50 * sim.host_memory.BYTES_PER_SAMPLE))
+    out = tmp_path / "ts.csv"
+    assert main(["run", "--trace", str(azure_conv), "--num-requests", "50", "--timeseries-interval-s", "0.01",
+                 "--num-gpu-blocks", "7609", "--timeseries-csv", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "warning: the time series would have outgrown half of this machine's memory" in err
+    assert 25 < len(pd.read_csv(out)) <= 50

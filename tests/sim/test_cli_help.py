@@ -18,13 +18,23 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "summary_keys.md"
 def test_every_option_has_help_and_shows_its_default(capsys):
     parser, _ = build_parser()
     subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    for name in ("run", "demo", "fit"):
-        for action in subparsers.choices[name]._actions:
+    for name, sub in subparsers.choices.items():
+        if name == "bench":  # its own parser: sim.bench
+            continue
+        for action in sub._actions:
             assert action.help, f"python -m sim {name}: {action.option_strings or action.dest} has no help"
+        with pytest.raises(SystemExit):
+            main([name, "--help"])
+        out = re.sub(r"\s+", " ", capsys.readouterr().out)
+        assert "(default: None)" not in out and "(default: )" not in out and "(default: [" not in out, name
+        assert not re.search(r"\(default[^)]*\) \(default", out), f"{name}: a default shown twice"
     with pytest.raises(SystemExit):
         main(["run", "--help"])
     out = re.sub(r"\s+", " ", capsys.readouterr().out)
-    assert "most requests in one step (default: 256)" in out and "(default: None)" not in out
+    assert "most requests in one step (default: 256)" in out
+    with pytest.raises(SystemExit):
+        main(["search", "--help"])
+    assert "(default: a100-80gb)" in re.sub(r"\s+", " ", capsys.readouterr().out)
 
 
 def test_every_summary_key_is_documented():
@@ -33,6 +43,10 @@ def test_every_summary_key_is_documented():
     keys = [*result.summary(), *result.goodput(1.0, 0.1)]
     missing = [k for k in keys if f"`{k}`" not in doc]
     assert not missing, f"docs/summary_keys.md does not explain {missing}"
+    recorded = simulate(Workload(np.array([0.0]), np.array([10]), np.array([3])), SimConfig(record_itl=True))
+    columns = [*recorded.requests.columns, *recorded.timeseries.columns]
+    missing = [c for c in columns if f"`{c}`" not in doc]
+    assert not missing, f"docs/summary_keys.md does not explain the CSV columns {missing}"
 
 
 def test_the_printed_summary_says_what_capping_did():

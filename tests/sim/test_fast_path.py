@@ -1,10 +1,12 @@
 """The fast path gives exactly what stepping one iteration at a time gives."""
 from dataclasses import replace
 
+import hypothesis.strategies as st
 import numpy as np
 from hypothesis import given, settings
 
 from sim import SimConfig, Workload, load_workload, simulate
+from sim.clock import TICKS_PER_S
 
 from .strategies import UNIT_STEPS, sim_configs, workloads
 
@@ -38,6 +40,18 @@ def test_fast_path_is_exact(workload, config):
     step = simulate(workload, replace(config, fast_path=False))
     assert step.counters["num_windows"] == 0
     assert_identical(fast, step)
+
+
+@settings(max_examples=settings().max_examples * 4)
+@given(workloads(), sim_configs(), st.booleans())
+def test_the_itl_summary_counts_every_gap_a_client_sees_once(workload, config, static):
+    """The summary's ITL histogram, filled a window at a time, holds exactly the gaps recorded
+    token by token (--record-itl): as many, summing to the same ticks. A static batch's padding
+    slots, decoding for members that have stopped, are in neither."""
+    r = simulate(workload, replace(config, record_itl=True, static_batching=config.static_batching or static))
+    gaps = [x for x in r.requests.itl_s if x is not None]
+    assert sum(r.itl_hist.values()) == sum(len(x) for x in gaps)
+    assert r.itl_weighted_ticks == sum(int(round(v * TICKS_PER_S)) for x in gaps for v in x)
 
 
 def test_fast_path_on_a_real_trace_takes_windows_and_agrees(azure_conv):

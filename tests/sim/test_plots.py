@@ -16,12 +16,34 @@ def test_every_look_differs_in_colour_line_style_and_marker():
 def test_the_summary_figure_keeps_replicas_apart_and_its_legend_off_the_data():
     w = Workload(np.linspace(0, 20, 80), np.full(80, 300), np.full(80, 60))
     fig = summary_figure(simulate(w, SimConfig(replicas=4, timeseries_interval_s=0.5)))
-    kv = fig.axes[3]
+    kv = fig.axes[2]
     looks = {(ln.get_color(), str(ln.get_linestyle())) for ln in kv.get_lines()}
     assert len(looks) == 4  # one per replica
     assert all(ax.get_legend() is None for ax in fig.axes) and len(fig.legends) == 1
     labels = [t.get_text() for t in fig.legends[0].get_texts()]
     assert {"p50", "p99", "running requests", "KV used, replica 3"} <= set(labels)
-    ttft = fig.axes[0]
-    marks = [ln for ln in ttft.get_lines() if ln.get_linestyle() == "None"]
-    assert [m.get_ydata()[0] for m in marks] == [0.5, 0.99]  # p50, p99 on the CDF
+    for ax in fig.axes[:2]:  # TTFT and E2E; TPOT
+        marks = [ln for ln in ax.get_lines() if ln.get_linestyle() == "None"]
+        assert [m.get_ydata()[0] for m in marks] == [0.5, 0.99] * (len(marks) // 2) and marks  # p50, p99
+
+
+def test_every_figure_reads_at_a_column_width(tmp_path):
+    """Printed 3.5 inches wide, no text of the summary, search or breakdown figure is under 7
+    points (the experiments' figures: tests/test_experiments.py)."""
+    import warnings
+
+    import pandas as pd
+
+    from sim.breakdown import breakdowns, plot
+    from sim.plots import MIN_PRINTED_PT, SmallTextWarning, printed_text_pt
+    from sim.search_report import pareto_figure
+
+    w = Workload(np.linspace(0, 20, 80), np.full(80, 300), np.full(80, 60))
+    assert printed_text_pt(summary_figure(simulate(w, SimConfig(replicas=4)), tmp_path / "s.png")) >= MIN_PRINTED_PT
+    df = pd.DataFrame({"hardware": ["a100-80gb", "h100", "h100"], "tp": [1, 1, 2], "replicas": [1, 1, 1],
+                       "router": ["round_robin"] * 3, "max_num_seqs": [256] * 3, "gpus": [1, 1, 2],
+                       "usd_per_hour": [2.0, 3.0, 6.0], "max_qps": [3.0, 5.0, 8.0], "feasible": [True] * 3})
+    assert printed_text_pt(pareto_figure(df, tmp_path / "p.png")) >= MIN_PRINTED_PT
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SmallTextWarning)
+        plot(breakdowns("llama-2-7b", "a100-80gb", 1, "calibrated", 1024), "llama-2-7b", tmp_path / "b.png")

@@ -80,6 +80,16 @@ def test_static_batching_tpot_is_what_a_streaming_client_sees(fast_path):
     assert short.tpot_s == pytest.approx(STEP_S) and long_.tpot_s == pytest.approx(STEP_S)
 
 
+@pytest.mark.parametrize("fast_path", [True, False])
+def test_static_batching_itl_counts_only_the_tokens_clients_get(fast_path):
+    """The same batch: 2 + 39 gaps between tokens a client got, not 2 x 39 decode slots (the
+    short request's slot decodes padding for 37 steps, which no client receives)."""
+    w = Workload(np.array([0.0, 0.0]), np.array([100, 100]), np.array([3, 40]))
+    r = simulate(w, SimConfig(static_batching=True, static_batch_size=2, cost_model=UNIT_STEPS, fast_path=fast_path))
+    assert sum(r.itl_hist.values()) == 2 + 39
+    assert r.summary()["itl_s"]["mean"] == pytest.approx(STEP_S)
+
+
 def test_static_batching_baseline_wastes_memory(conv500):
     paged_run = simulate(conv500.head(200))
     static = simulate(conv500.head(200), SimConfig(static_batching=True, static_batch_size=8))
@@ -216,8 +226,9 @@ def test_recorded_inter_token_latencies_add_up(conv500, static):
         assert [len(x) for x in df.itl_s] == (df.num_generated - 1).tolist()
         sums = np.array([x.sum() for x in df.itl_s])
         span = (df.finished_s - df.first_token_s).to_numpy()
-        if static:
+        if static:  # a request's tokens end at its own last one; its batch may run on
             assert (sums <= span + 1e-9).all()
+            np.testing.assert_allclose(sums, (df.last_token_s - df.first_token_s).to_numpy(), atol=1e-9)
         else:
             np.testing.assert_allclose(sums, span, atol=1e-9)
             many = df.num_generated > 1
