@@ -5,7 +5,7 @@
 Each replica is `python -m paged serve --model M --host 127.0.0.1 --port <free port>` plus every
 option this command does not know (engine options, passed through unchanged), writing its
 output to `--log-dir`/replica-I.log. When all answer `/health`, `paged router` starts on
-`--port` in front of them (router.log), with the engines' `--block-size` if one is given.
+`--port` in front of them (router.log), with the engines' `--block-size` and `--max-num-seqs` if given.
 SIGINT (Ctrl-C) or SIGTERM stops them all: SIGTERM, then SIGKILL after `--stop-timeout-s`.
 Every child is also asked to die with the launcher (Linux's parent-death signal), so not even a
 SIGKILL of the launcher leaves orphans.
@@ -100,13 +100,15 @@ def wait_healthy(children: Children, name: str, url: str, deadline: float) -> No
                        f"{children.log_dir / (name + '.log')}")
 
 
-def block_size_option(server_options: list[str]) -> list[str]:
+def router_options(server_options: list[str]) -> list[str]:
     """The engines' --block-size, for the router's prefix ids to name the blocks the engines
-    cache (empty when the engines use their default)."""
+    cache, and --max-num-seqs, which sizes prefix_aware's imbalance limit (each left out when the
+    engines use their default)."""
     p = argparse.ArgumentParser(add_help=False)
     p.add_argument("--block-size")
-    value = p.parse_known_args(server_options)[0].block_size
-    return [] if value is None else ["--block-size", value]
+    p.add_argument("--max-num-seqs")
+    known = vars(p.parse_known_args(server_options)[0])
+    return [x for name, value in known.items() if value is not None for x in (f"--{name.replace('_', '-')}", value)]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -166,7 +168,7 @@ def _run(args: argparse.Namespace, server_options: list[str], children: Children
     for i, url in enumerate(urls):
         wait_healthy(children, f"replica-{i}", url, deadline)
     router_cmd = [sys.executable, "-m", "paged", "router", "--policy", args.router, "--host", args.host,
-                  "--port", str(args.port), *block_size_option(server_options)]
+                  "--port", str(args.port), *router_options(server_options)]
     for url in urls:
         router_cmd += ["--backend", url]
     proc = children.start("router", router_cmd)

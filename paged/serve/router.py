@@ -37,7 +37,7 @@ from fastapi.sse import format_sse_event
 from httpx_sse import EventSource
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from paged.core.routing import ROUTERS, make_router
+from paged.core.routing import DEFAULT_MAX_NUM_SEQS, ROUTERS, make_router
 
 from .backends import Backend, probe, watch
 from .errors import error_events, error_response
@@ -59,6 +59,7 @@ class RouterConfig:
     read_timeout_s: float = 600.0  # between two reads from a backend: a non-streamed answer comes in one read
     abort_after_failed_probes: int = 3  # then the requests in flight on a backend that hangs are failed
     kv_events_interval_s: float = 0.25  # kv_aware: between two reads of a backend's KV events
+    max_num_seqs: int = DEFAULT_MAX_NUM_SEQS  # the backends' batch: sizes prefix_aware's imbalance limit
 
 
 class InFlight:
@@ -100,7 +101,8 @@ class Forwarder:
         limits = httpx.Limits(max_connections=None)
         self.backends = [Backend(url, lambda: httpx.AsyncClient(timeout=timeout, limits=limits))
                          for url in config.backends]
-        self.policy = make_router(config.policy, len(self.backends), block_size=config.block_size)
+        self.policy = make_router(config.policy, len(self.backends), block_size=config.block_size,
+                                  max_num_seqs=config.max_num_seqs)
         self.metrics = RouterMetrics(self.backends)
         self.kv_syncs = ([KVSync(b, self.policy.replica_events(i), config.block_size)
                           for i, b in enumerate(self.backends)] if config.policy == "kv_aware" else [])
@@ -286,6 +288,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="fail the requests in flight on a backend after this many failed probes in a row")
     p.add_argument("--kv-events-interval-s", type=float, default=d.kv_events_interval_s,
                    help="kv_aware: how often each backend's KV events are read")
+    p.add_argument("--max-num-seqs", type=int, default=d.max_num_seqs,
+                   help="prefix_aware: the backends' --max-num-seqs, which sizes how much more loaded than the "
+                        "lightest a prefix's backend may be (paged.core.routing.balance_threshold)")
     p.add_argument("--log-level", default="warning")
     return p
 
@@ -296,6 +301,6 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     config = RouterConfig(args.backend, args.policy, args.block_size, args.health_interval_s, args.health_timeout_s,
                           args.connect_timeout_s, args.read_timeout_s, args.abort_after_failed_probes,
-                          args.kv_events_interval_s)
+                          args.kv_events_interval_s, args.max_num_seqs)
     uvicorn.run(create_app(config), host=args.host, port=args.port, log_level=args.log_level, access_log=False)
     return 0
