@@ -9,10 +9,8 @@ the Azure conversation trace (lengths scaled down), put one of 8 long system pro
 random, in front of every prompt (a shared-prefix working set larger than one replica's KV cache
 but not than two: where a router keeps a system prompt decides prefix-cache hits), and rescale its
 arrivals to a fraction of the capacity the profile predicts for 2 replicas; (3) for each of
-round_robin, least_outstanding and prefix_aware, re-measure a part of the grid the same way and
-scale the profile's decode and prefill steps by how much slower they run now (the machine is
-shared: its speed moves in minutes), launch the real replicas and router (`paged launch`),
-measure the deployment's front-end latency on the idle deployment (probe requests: their TTFT as
+round_robin, least_outstanding and prefix_aware, launch the real replicas and router (`paged
+launch`), measure the deployment's front-end latency on the idle deployment (probe requests: their TTFT as
 the client sees it less the engine's own, `vllm:time_to_first_token_seconds`), simulate the slice
 on 2 replicas behind that router with that `frontend_latency_s` and the replicas' own cache and
 scheduler configs, then replay the slice with the load generator (`paged bench serve`'s
@@ -30,7 +28,10 @@ Writes DIR/deploy_check.json as {"routers": {name: {"metrics": {metric: {"predic
 "rel_error"}}, "frontend_latency_s": ...}}, "ranking": ..., "conditions": ...}, a CSV, a figure
 and the verdicts. As in `sim_vs_real.py`, a part of the profile's grid is re-measured afterwards (the
 same way) and the ratio printed, with how many cores other processes kept busy meanwhile: on a
-shared machine the speed moves, and that bounds what any prediction can do.
+shared machine the speed moves, and that bounds what any prediction can do. (Scaling the profile
+by a part of it re-measured right before each replay was tried: with neighbours keeping 1.1-1.5
+of the 2 cores busy the factors were x1.9-x3.3 from one router to the next, so each router's
+prediction carried its own noise and the ranking followed it.)
 
 Options besides --out and --quick: --profile PATH reuses a profile; --num-requests N sizes the slice;
 --routers a,b checks only those.
@@ -280,19 +281,6 @@ def others_load(into: dict, key: str):
         into[key] = ((busy2 - busy) - (ours2 - ours)) / os.sysconf("SC_CLK_TCK") / (time.perf_counter() - start)
 
 
-def rescaled(profile: dict, now: dict, path: Path) -> dict[str, float]:
-    """`profile` with each kind of step (decode; prefill or mixed) scaled by how much slower its
-    shapes run now (`now`: a part of the grid just re-measured the same way; `sim_vs_real.drift`),
-    written to `path`; the factors. On a shared machine the speed moves between the profile and a
-    replay minutes later: measured right before the replay, this is still information a prediction
-    may use."""
-    factors = drift(profile, now)
-    samples = [{**x, "time_s": x["time_s"] * factors.get("prefill/mixed" if x["num_prefill_tokens"] else "decode", 1.0)}
-               for x in profile["samples"]]
-    write_profile({**profile, "samples": samples, "rescaled_by": factors}, str(path))
-    return factors
-
-
 def replica_counters(urls: list[str], names: tuple[str, ...]) -> np.ndarray:
     """The replicas' /metrics values of `names`, each summed over the replicas."""
     total = np.zeros(len(names))
@@ -478,15 +466,9 @@ def run(args: argparse.Namespace, setup: Setup) -> int:
     for router in args.routers:
         log_dir = args.out / f"logs-{router}"
         t = time.perf_counter()
-        cost, speed = config, {}
-        if remeasure:  # the machine's speed now, as a factor on the profile
-            with others_load(load, f"speed check before {router}"):
-                now = profile_deployed(replace(setup, grid=DRIFT), args.out / f"profile-now-{router}.json")
-            speed = rescaled(before_profile, now, args.out / f"profile-{router}.json")
-            cost = replace(config, cost_model=str(args.out / f"profile-{router}.json"))
         with launched(router, setup, log_dir) as (url, urls):
             frontend = probe_frontend(url, urls, workload, vocab)
-            predicted = simulate(workload, replace(cost, router=router,
+            predicted = simulate(workload, replace(config, router=router,
                                                    frontend_latency_s=frontend["frontend_latency_s"])).summary()
             with others_load(load, router):
                 measured = replay_measured(url, urls, workload, vocab)
@@ -494,11 +476,10 @@ def run(args: argparse.Namespace, setup: Setup) -> int:
         if measured["num_finished"] != len(workload):
             raise RuntimeError(f"{router}: {measured['num_finished']} of {len(workload)} requests finished "
                                f"({measured.get('errors')}); logs in {log_dir}")
-        routers[router] = {"metrics": compare(predicted, measured), **frontend, "profile_rescaled_by": speed,
+        routers[router] = {"metrics": compare(predicted, measured), **frontend,
                            "num_steps_predicted": predicted["num_steps"],
                            "send_lateness_p99_s": measured["send_lateness_s"]["p99"]}
-        print(f"{router}: profile x{', x'.join(f'{v:.3f} ({k})' for k, v in speed.items()) or '1'} for the machine's "
-              f"speed now, front-end latency {frontend['frontend_latency_s'] * 1e3:.1f} ms; launched, probed and "
+        print(f"{router}: front-end latency {frontend['frontend_latency_s'] * 1e3:.1f} ms; launched, probed and "
               f"replayed in {timings[router]:.0f} s", flush=True)
     after = None
     if remeasure:

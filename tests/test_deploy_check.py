@@ -91,22 +91,3 @@ def test_routers_predicted_within_the_goal_are_a_tie_the_verdict_names():
     assert not dc.ranking_doc(routers)["agree"]
     assert "not ranked" in dc.verdicts(dc.goal_rows(routers), routers)[0].headline
 
-
-def test_the_profile_is_rescaled_per_kind_of_step_by_the_speed_now(tmp_path):
-    """Shapes re-measured twice as slow for decode and as fast for prefill scale every decode
-    sample x2 and every prefill or mixed one x1, including shapes not re-measured."""
-    dc = load("deploy_check")
-    from paged.engine.profile import FEATURES
-
-    def sample(prefill, decode, t):
-        return {**dict.fromkeys(FEATURES, 0), "num_prefill_tokens": prefill, "num_decode_tokens": decode,
-                "num_seqs": max(decode, 1), "time_s": t}
-
-    profile = {"format": "paged-step-profile/1", "samples": [sample(64, 0, 0.2), sample(0, 4, 0.1), sample(0, 8, 0.3),
-                                                             sample(32, 2, 0.4)]}
-    now = {"samples": [sample(64, 0, 0.2), sample(0, 4, 0.2)]}
-    factors = dc.rescaled(profile, now, tmp_path / "p.json")
-    assert factors == {"decode": 2.0, "prefill/mixed": 1.0}
-    written = json.loads((tmp_path / "p.json").read_text())
-    assert [x["time_s"] for x in written["samples"]] == [0.2, 0.2, 0.6, 0.4]
-    assert written["rescaled_by"] == factors
