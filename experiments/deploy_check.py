@@ -439,7 +439,7 @@ def plot(table: pd.DataFrame, names: list[str], title: str):
         ax.bar(x - 0.2, d.predicted, 0.4, color=look("predicted")["color"], label="predicted")
         ax.bar(x + 0.2, d.measured, 0.4, color=look("measured")["color"], hatch="//", edgecolor="white",
                label="measured")
-        ax.set_xticks(x, [r.replace("_", "\n") for r in names], fontsize=7)
+        ax.set_xticks(x, [r.replace("outstanding", "outst.").replace("_", "\n") for r in names], fontsize=7)
         ax.set_title(metric, fontsize=9)
     legend_below(fig, axes, ncol=2)
     fig.suptitle(title)
