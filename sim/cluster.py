@@ -2,8 +2,11 @@
 
 The arrival process walks the workload's columns and creates each `paged.Request` only when
 it arrives; its timeouts are URGENT (see `sim.clock`), so that at equal times every replica
-sees the arrival. Replicas cut their fast-path windows at the next arrival anywhere, which
-keeps the state a router reads at an arrival identical with and without the fast path.
+sees the arrival. A request reaches the router and a replica `frontend_latency_s` after its
+arrival (`SimConfig.frontend_latency_s`: the HTTP front end's share): its `arrival_time` is then,
+as an engine's is, and its latencies count from the client's arrival (`RequestLog`). Replicas cut
+their fast-path windows at the next arrival anywhere, which keeps the state a router reads at an
+arrival identical with and without the fast path.
 """
 from __future__ import annotations
 
@@ -23,7 +26,7 @@ from .replica import Replica
 class Cluster:
     def __init__(self, env: simpy.Environment, workload: Workload, schedulers: list[BaseScheduler], cost: CostModel,
                  router, log: RequestLog, sample_interval_ticks: int, max_samples: int, fast_path: bool = True,
-                 progress=None) -> None:
+                 progress=None, frontend_latency_ticks: int = 0) -> None:
         self.env = env
         self.workload = workload
         self.router = router
@@ -33,7 +36,8 @@ class Cluster:
             raise ValueError(f"workload {workload.name!r} has arrivals until {last:.4g} s: the simulator's clock "
                              f"holds at most {MAX_TRACE_SPAN_S:.4g} s (are the timestamps in the unit the format "
                              "expects?)")
-        self.arrival_ticks = np.round(workload.arrival_s * TICKS_PER_S).astype(np.int64)
+        # when each request reaches the router and the replicas
+        self.arrival_ticks = np.round(workload.arrival_s * TICKS_PER_S).astype(np.int64) + frontend_latency_ticks
         self.num_requests = len(workload)
         self.next_index = 0
         self._params: dict[int, SamplingParams] = {}

@@ -10,7 +10,7 @@ import numpy as np
 
 from paged.core.request import Request
 
-from .clock import TICKS_PER_S
+from .clock import TICKS_PER_S, to_ticks
 
 TIMESERIES_COLUMNS = ("time_s", "kv_usage", "kv_tokens", "fragmentation", "num_running", "num_waiting",
                       "num_swapped", "batch_tokens")
@@ -20,11 +20,14 @@ class RequestLog:
     """One row per workload request, filled in when it leaves the system."""
 
     __slots__ = ("arrival_s", "first_scheduled_s", "first_token_s", "last_token_s", "finished_s", "max_itl_s",
-                 "num_generated", "num_preemptions", "prefix_hit_tokens", "status", "replica", "itl_s", "watch")
+                 "num_generated", "num_preemptions", "prefix_hit_tokens", "status", "replica", "itl_s", "watch",
+                 "frontend_latency_ticks")
 
-    def __init__(self, n: int, record_itl: bool = False) -> None:
-        # The arrival time as the scheduler saw it (on the tick grid), so that differences with
-        # the times it recorded are exact.
+    def __init__(self, n: int, record_itl: bool = False, frontend_latency_ticks: int = 0) -> None:
+        # The arrival time as the client saw it: the scheduler's (on the tick grid) less the front
+        # end's latency (`SimConfig.frontend_latency_s`), so that differences with the times it
+        # recorded are exact.
+        self.frontend_latency_ticks = frontend_latency_ticks
         self.arrival_s = np.full(n, np.nan)
         self.first_scheduled_s = np.full(n, np.nan)
         self.first_token_s = np.full(n, np.nan)
@@ -43,7 +46,7 @@ class RequestLog:
     def record(self, req: Request, replica: int, last_token_s: float | None, max_itl_s: float = np.nan) -> None:
         i = int(req.request_id)
         self.max_itl_s[i] = max_itl_s
-        self.arrival_s[i] = req.arrival_time
+        self.arrival_s[i] = (to_ticks(req.arrival_time) - self.frontend_latency_ticks) / TICKS_PER_S
         if req.first_scheduled_time is not None:
             self.first_scheduled_s[i] = req.first_scheduled_time
         if req.first_token_time is not None:
@@ -58,7 +61,7 @@ class RequestLog:
         self.status[i] = req.status
         self.replica[i] = replica
         if self.watch is not None:
-            self.watch.left(req, self.last_token_s[i])
+            self.watch.left(req, self.arrival_s[i], self.last_token_s[i])
 
 
 class TimeSeries:

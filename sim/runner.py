@@ -141,9 +141,11 @@ def simulate(workload: Workload, config: SimConfig | None = None, *, stop_on_mis
                              else float(workload.arrival_s[-1]) if len(workload) else 0.0, interval)
     schedulers = [make_scheduler(config, cache, sched) for _ in range(config.replicas)]
     capacity_ids = cache.num_gpu_slots // workload.hash_id_block_size or 1
-    router = make_router(config.router, config.replicas, capacity_ids, config.block_size, workload.hash_id_block_size)
+    router = make_router(config.router, config.replicas, capacity_ids, config.block_size, workload.hash_id_block_size,
+                         config.max_num_seqs)
     env = simpy.Environment()
-    log = RequestLog(len(workload), config.record_itl)
+    frontend_latency_ticks = to_ticks(config.frontend_latency_s)
+    log = RequestLog(len(workload), config.record_itl, frontend_latency_ticks)
     if stop_on_miss is not None:
         log.watch = SLOWatch(stop_on_miss, workload.num_output_tokens)
     progress = None
@@ -152,7 +154,7 @@ def simulate(workload: Workload, config: SimConfig | None = None, *, stop_on_mis
 
         progress = tqdm(total=len(workload), unit="req", desc="arrivals", mininterval=0.5)
     cluster = Cluster(env, workload, schedulers, cost, router, log, to_ticks(interval), max_samples, config.fast_path,
-                      progress)
+                      progress, frontend_latency_ticks)
     try:
         env.run()
     except SLOMissed:

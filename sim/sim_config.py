@@ -29,6 +29,12 @@ class SimConfig:
     tp: int = 1
     replicas: int = 1
     router: str = "round_robin"
+    # each request's time outside the engines, as a client sees it: HTTP and JSON, tokenization and
+    # validation, the router's hop, the first streamed chunk's way back (vLLM's API server, the
+    # "frontend" of its V1 engine). Charged between the request's arrival (its arrival_time, which
+    # TTFT and E2E count from, as a client's clock does) and the moment the router and a replica's
+    # scheduler see it; on a GPU it is ~ms, on a small CPU deployment a sizeable part of TTFT.
+    frontend_latency_s: float = 0.0
     # the KV cache (num_gpu_blocks: None = what memory leaves; see sim.memory)
     block_size: int = 16
     kv_cache_dtype: str = "fp16"
@@ -80,6 +86,8 @@ class SimConfig:
         bs = self.block_size
         check(is_power_of_two(bs), "block_size", "a power of two >= 1")
         check(self.router in ROUTERS, "router", f"one of {list(ROUTERS)}")
+        check(is_number(self.frontend_latency_s) and 0 <= self.frontend_latency_s <= MAX_STEP_OVERHEAD_S,
+              "frontend_latency_s", f"seconds in [0, {MAX_STEP_OVERHEAD_S}]")
         check(self.num_gpu_blocks is None or (is_int(self.num_gpu_blocks) and self.num_gpu_blocks >= 1),
                 "num_gpu_blocks", "None or an integer >= 1")
         check(self.swap_space_gib >= 0, "swap_space_gib", ">= 0")

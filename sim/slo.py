@@ -49,13 +49,14 @@ class SLOWatch:
         self.ttft_left = violations_to_fail(len(num_output_tokens))
         self.tpot_left = violations_to_fail(int(np.count_nonzero(num_output_tokens > 1)))
 
-    def left(self, req, last_token_s: float) -> None:
+    def left(self, req, arrival_s: float, last_token_s: float) -> None:
         """A request left the run (finished or rejected): the same arithmetic as the summary's
-        (TPOT up to its last token, `paged.metrics_summary.tpot`)."""
+        (TTFT from the client's arrival, `RequestLog.arrival_s`; TPOT up to its last token,
+        `paged.metrics_summary.tpot`)."""
         if req.status == RequestStatus.REJECTED:
             raise SLOMissed(f"request {req.request_id} was rejected")
         first = req.first_token_time
-        if first - req.arrival_time > self.slo.ttft_p99_s:
+        if first - arrival_s > self.slo.ttft_p99_s:
             self.ttft_left -= 1
         gen = req.num_output_tokens
         if gen > 1 and (last_token_s - first) / (gen - 1) > self.slo.tpot_p99_s:

@@ -5,8 +5,8 @@
 Each replica is `python -m paged serve --model M --host 127.0.0.1 --port <free port>` plus every
 option this command does not know (engine options, passed through unchanged), writing its
 output to `--log-dir`/replica-I.log. When all answer `/health`, `paged router` starts on
-`--port` in front of them (router.log), with the engines' `--block-size` if one is given, and
-their `--api-key` (in its environment), which it sends on its own requests to them.
+`--port` in front of them (router.log), with the engines' `--block-size` and `--max-num-seqs` if
+given, and their `--api-key` (in its environment), which it sends on its own requests to them.
 SIGINT (Ctrl-C) or SIGTERM stops them all: SIGTERM, then SIGKILL after `--stop-timeout-s`.
 Every child is also asked to die with the launcher (Linux's parent-death signal), so not even a
 SIGKILL of the launcher leaves orphans.
@@ -90,11 +90,12 @@ class Children:
                 p.wait()
 
 
-def block_size_option(server_options: list[str]) -> list[str]:
+def router_options(server_options: list[str]) -> list[str]:
     """The engines' --block-size, for the router's prefix ids to name the blocks the engines
-    cache (empty when the engines use their default)."""
-    value = _server_option(server_options, "--block-size")
-    return [] if value is None else ["--block-size", value]
+    cache, and --max-num-seqs, which sizes prefix_aware's imbalance limit (each left out when the
+    engines use their default)."""
+    return [x for flag in ("--block-size", "--max-num-seqs")
+            if (value := _server_option(server_options, flag)) is not None for x in (flag, value)]
 
 
 def router_env(server_options: list[str]) -> dict | None:
@@ -169,7 +170,7 @@ def _run(args: argparse.Namespace, server_options: list[str], children: Children
     for i, url in enumerate(urls):
         children.wait_healthy(f"replica-{i}", url, deadline)
     router_cmd = [sys.executable, "-m", "paged", "router", "--policy", args.router, "--host", args.host,
-                  "--port", str(args.port), *block_size_option(server_options)]
+                  "--port", str(args.port), *router_options(server_options)]
     for url in urls:
         router_cmd += ["--backend", url]
     proc = children.start("router", router_cmd, router_env(server_options))

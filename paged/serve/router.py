@@ -43,7 +43,7 @@ from fastapi.sse import format_sse_event
 from httpx_sse import EventSource
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from paged.core.routing import ROUTERS, make_router
+from paged.core.routing import DEFAULT_MAX_NUM_SEQS, ROUTERS, make_router
 
 from .backends import Backend, probe, watch
 from .errors import error_events, error_response
@@ -69,6 +69,7 @@ class RouterConfig:
     api_key: str | None = None  # the backends' key, for the router's own requests (KV events)
     tokenizer: str | None = None  # kv_aware: the backends' model (or tokenizer folder), to tokenize text prompts
     chat_template: str | None = None  # kv_aware with a tokenizer: the backends' --chat-template, if they have one
+    max_num_seqs: int = DEFAULT_MAX_NUM_SEQS  # the backends' batch: sizes prefix_aware's imbalance limit
 
 
 class InFlight:
@@ -110,7 +111,8 @@ class Forwarder:
         limits = httpx.Limits(max_connections=None)
         self.backends = [Backend(url, lambda: httpx.AsyncClient(timeout=timeout, limits=limits))
                          for url in config.backends]
-        self.policy = make_router(config.policy, len(self.backends), block_size=config.block_size)
+        self.policy = make_router(config.policy, len(self.backends), block_size=config.block_size,
+                                  max_num_seqs=config.max_num_seqs)
         self.metrics = RouterMetrics(self.backends)
         own = {} if config.api_key is None else {"authorization": f"Bearer {config.api_key}"}
         self.kv_syncs = ([KVSync(b, self.policy.replica_events(i), config.block_size, own)
@@ -311,6 +313,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "imports torch)")
     p.add_argument("--chat-template", default=None,
                    help="with --tokenizer: the backends' --chat-template (a template or a file), if they have one")
+    p.add_argument("--max-num-seqs", type=int, default=d.max_num_seqs,
+                   help="prefix_aware: the backends' --max-num-seqs, which sizes how much more loaded than the "
+                        "lightest a prefix's backend may be (paged.core.routing.balance_threshold)")
     p.add_argument("--log-level", default="warning")
     return p
 
@@ -321,6 +326,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     config = RouterConfig(args.backend, args.policy, args.block_size, args.health_interval_s, args.health_timeout_s,
                           args.connect_timeout_s, args.read_timeout_s, args.abort_after_failed_probes,
-                          args.kv_events_interval_s, args.api_key, args.tokenizer, args.chat_template)
+                          args.kv_events_interval_s, args.api_key, args.tokenizer, args.chat_template,
+                          args.max_num_seqs)
     uvicorn.run(create_app(config), host=args.host, port=args.port, log_level=args.log_level, access_log=False)
     return 0

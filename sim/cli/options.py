@@ -38,6 +38,9 @@ def add_sim_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--tp", type=int, default=d.tp, help="tensor-parallel GPUs per replica")
     g.add_argument("--replicas", type=int, default=d.replicas, help="copies of the deployment behind --router")
     g.add_argument("--router", default=d.router, choices=ROUTERS, help="how requests are spread over replicas")
+    g.add_argument("--frontend-latency-s", type=float, default=d.frontend_latency_s,
+                   help="each request's time outside the engines (HTTP, tokenization, the router's hop, the first "
+                        "streamed chunk), between its arrival and when a replica's scheduler sees it")
     g = p.add_argument_group("KV cache")
     g.add_argument("--block-size", type=int, default=d.block_size, help="tokens per KV block (a power of two)")
     g.add_argument("--kv-cache-dtype", default=d.kv_cache_dtype, choices=("fp16", "fp8", "int8", "int4"),

@@ -1,7 +1,7 @@
 """The prefix-aware router's ids: equal exactly as far as two prompts agree block for block."""
 from paged.core.hashing import extend_block_hashes
 from paged.core.request import Request, SamplingParams
-from paged.serve.launch import block_size_option
+from paged.serve.launch import router_options
 from paged.serve.prefix_ids import prefix_ids, token_block_hashes
 
 
@@ -25,10 +25,22 @@ def test_text_and_chat_are_hashed_in_blocks_of_characters():
     assert prefix_ids({"model": "m"}, 16) is None
 
 
-def test_the_launcher_gives_the_router_the_engines_block_size():
-    assert block_size_option(["--max-num-seqs", "8", "--block-size", "32"]) == ["--block-size", "32"]
-    assert block_size_option(["--block-size=8"]) == ["--block-size", "8"]
-    assert block_size_option(["--max-num-seqs", "8"]) == []
+def test_the_launcher_gives_the_router_the_engines_block_size_and_batch():
+    assert router_options(["--max-num-seqs", "8", "--block-size", "32", "--num-gpu-blocks", "9"]) == [
+        "--block-size", "32", "--max-num-seqs", "8"]
+    assert router_options(["--block-size=8"]) == ["--block-size", "8"]
+    assert router_options(["--max-num-seqs", "8"]) == ["--max-num-seqs", "8"]
+    assert router_options(["--threads", "1"]) == []
+
+
+def test_the_router_sizes_prefix_aware_by_its_backends_batch():
+    from paged.core.routing import balance_threshold
+    from paged.serve.router import Forwarder, RouterConfig, build_parser
+
+    args = build_parser().parse_args(["--backend", "http://a", "--policy", "prefix_aware", "--max-num-seqs", "8"])
+    assert args.max_num_seqs == 8
+    assert Forwarder(RouterConfig(["http://a"], "prefix_aware", max_num_seqs=8)).policy.balance_threshold == 3
+    assert Forwarder(RouterConfig(["http://a"], "prefix_aware")).policy.balance_threshold == balance_threshold(256)
 
 
 def test_kv_aware_hashes_a_token_prompt_as_the_engine_names_its_blocks():

@@ -1,8 +1,10 @@
 """Routers' decisions on hand-made replica states."""
 from types import SimpleNamespace
 
+import pytest
+
 from paged.core.hashing import id_block_hashes
-from paged.core.routing import make_router
+from paged.core.routing import balance_threshold, make_router
 
 
 def replicas(outstanding, used=None, blocks=100):
@@ -34,6 +36,35 @@ def test_prefix_aware_follows_prefixes_but_not_into_overload():
     assert r.route(req([7, 8, 1]), replicas([0, 3])) == 1
     assert r.route(req([1, 2]), replicas([40, 0])) == 1  # 40 more outstanding than the lightest: balance
     assert r.route(req(), replicas([3, 2])) == 1
+
+
+def test_prefix_aware_balances_relative_to_the_replicas_batch():
+    """The imbalance limit is sqrt(max_num_seqs): 16 at vLLM's default batch, 3 for replicas of 8,
+    which a fixed 32 would never reach."""
+    assert [balance_threshold(n) for n in (1, 2, 8, 16, 256)] == [1, 1, 3, 4, 16]
+    small = make_router("prefix_aware", 2, capacity_ids=100, max_num_seqs=8)
+    assert small.route(req([1, 2]), replicas([0, 0])) == 0
+    assert small.route(req([1, 2]), replicas([3, 0])) == 0  # 3 more: still the prefix's replica
+    assert small.route(req([1, 2]), replicas([4, 0])) == 1  # 4 more: the lightest
+    big = make_router("prefix_aware", 2, capacity_ids=100)
+    big.route(req([1, 2]), replicas([0, 0]))
+    assert big.route(req([1, 2]), replicas([16, 0])) == 0 and big.route(req([1, 2]), replicas([17, 0])) == 1
+    for bad in (0, 2.5, None):
+        with pytest.raises(ValueError, match="max_num_seqs"):
+            balance_threshold(bad)
+
+
+def test_the_simulator_gives_prefix_aware_the_replicas_batch(monkeypatch):
+    import numpy as np
+
+    import paged.core.routing as routing
+    from sim import SimConfig, Workload, simulate
+
+    seen = []
+    monkeypatch.setattr(routing, "balance_threshold", lambda n: seen.append(n) or 1)
+    w = Workload(np.zeros(1), np.array([40]), np.array([2]), name="one")
+    simulate(w, SimConfig(replicas=2, router="prefix_aware", max_num_seqs=8, num_gpu_blocks=64, max_model_len=64))
+    assert seen == [8]
 
 
 def test_kv_aware_follows_what_replicas_report_not_what_it_sent():
