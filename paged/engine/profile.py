@@ -97,10 +97,11 @@ class _Profiler:
         self.skipped: list[str] = []
         self._ids = 0
 
-    def scheduler(self) -> Scheduler:
-        """A fresh scheduler over the engine's KV tensors (its own empty pool and prefix cache)."""
+    def scheduler(self, setup_tokens: int = 0) -> Scheduler:
+        """A fresh scheduler over the engine's KV tensors (its own empty pool and prefix cache), with a
+        token budget of at least `setup_tokens`: set-up prompts then all prefill in one (unrun) step."""
         cache = self.engine.scheduler.cache_config
-        budget = self.grid.max_num_batched_tokens
+        budget = max(self.grid.max_num_batched_tokens, setup_tokens)
         return Scheduler(
             CacheConfig(num_gpu_blocks=cache.num_gpu_blocks, block_size=cache.block_size, watermark=0.0),
             SchedulerConfig(max_num_seqs=budget, max_num_batched_tokens=budget,
@@ -144,14 +145,22 @@ class _Profiler:
         if sum(context // cache.block_size + 2 for context in contexts) > cache.num_gpu_blocks:
             self.skipped.append(f"{what}: does not fit in the KV cache")
             return None
-        scheduler = self.scheduler()
+        # Every prompt prefills in the first (unrun) step, so the next one decodes each request at exactly its
+        # context. (With the grid's budget the prompts took several steps, and those prefilled first decoded
+        # meanwhile: at a context near max_model_len one finished there, the batch was never reached, and the
+        # loop never ended.) A batch that still cannot be made is skipped with a note, never waited for.
+        scheduler = self.scheduler(setup_tokens=sum(contexts))
         for context in contexts:
             self.add(scheduler, self.tokens(context - 1))  # prefill, sample one: the next step attends to `context`
-        while True:
+        for _ in range(len(contexts) + 1):
             out = scheduler.schedule(0.0)
             if not out.prefill_requests and len(out.decode_requests) == len(contexts):
                 return scheduler, out
+            if out.is_empty or len(scheduler.requests) < len(contexts):
+                break
             self.skip_step(scheduler, out)
+        self.skipped.append(f"{what}: the scheduler would not run it (a request finished or waits while setting up)")
+        return None
 
     def fits(self, num_tokens: int, what: str) -> bool:
         max_model_len = self.engine.scheduler.config.max_model_len
@@ -187,11 +196,17 @@ class _Profiler:
                     continue
                 for contexts in grid.batch_contexts(batch, grid.mixed_context):
                     made = self.decoders(contexts)
-                    if made is not None:
-                        scheduler, out = made
-                        self.skip_step(scheduler, out)
-                        self.add(scheduler, self.tokens(chunk))
-                        self.measure(scheduler, scheduler.schedule(0.0))
+                    if made is None:
+                        continue
+                    scheduler, out = made
+                    self.skip_step(scheduler, out)
+                    self.add(scheduler, self.tokens(chunk))
+                    out = scheduler.schedule(0.0)
+                    if len(out.decode_requests) == batch and out.num_prefill_tokens == chunk:
+                        self.measure(scheduler, out)
+                    else:  # a decode reached max_model_len in the step before (context max_model_len - 1)
+                        self.skipped.append(f"chunk {chunk} beside {batch} decodes at {grid.mixed_context}: "
+                                            f"ran {len(out.decode_requests)} decodes, {out.num_prefill_tokens} tokens")
 
 
 def profile(engine: LLMEngine, grid: ProfileGrid | None = None, log=sys.stderr) -> dict:
