@@ -94,6 +94,7 @@ class _Profiler:
         self.grid = grid
         self.rng = random.Random(0)
         self.samples: list[dict] = []
+        self.pending: list[tuple[Scheduler, SchedulerOutput]] = []  # steps set up, to time (`time_all`)
         self.skipped: list[str] = []
         self._ids = 0
 
@@ -120,21 +121,38 @@ class _Profiler:
         sampled = {r.request_id: [0] for r in (*out.decode_requests, *out.prefill_requests)}
         scheduler.update_from_output(out, sampled, 0.0)
 
-    def measure(self, scheduler: Scheduler, out: SchedulerOutput) -> None:
+    def keep(self, scheduler: Scheduler, out: SchedulerOutput) -> None:
+        """Keep the step to time later, with every other (`time_all`)."""
+        self.pending.append((scheduler, out))
+
+    def time_all(self) -> None:
+        """Time every kept step in rounds: one untimed round (warm-up), then `repeats` timed ones, each in a
+        new random order; a step's time is its median over the timed rounds.
+
+        Why rounds in random order: a shared machine's speed drifts over the minutes a profile takes. Timed
+        one shape after the other, the drift lands on whichever shapes ran during it, and the cost model's
+        corrections by batch size learn it as a property of those sizes (a profile on a loaded machine had
+        decode batches 14-16 70 ms slow and batch 13 not). Interleaved, every shape sees the same mix of the
+        machine's states: drift scales the whole profile, it does not bend it. The steps' KV blocks overlap
+        (each set-up had the pool to itself), which changes only the values read, never the time."""
         engine, cuda = self.engine, self.engine.device.type == "cuda"
-        times = []
+        times: list[list[float]] = [[] for _ in self.pending]
+        order = list(range(len(self.pending)))
         for _ in range(self.grid.repeats + 1):
-            if cuda:
-                torch.cuda.synchronize(engine.device)
-            start = time.perf_counter()
-            sampled = engine.runner.execute_model(out, scheduler.kv)
-            if cuda:
-                torch.cuda.synchronize(engine.device)
-            times.append(time.perf_counter() - start)
-        scheduler.update_from_output(out, sampled, 0.0)
-        sample = {name: getattr(out, name) for name in FEATURES}
-        sample["time_s"] = statistics.median(times[1:])
-        self.samples.append(sample)
+            self.rng.shuffle(order)
+            for i in order:
+                scheduler, out = self.pending[i]
+                if cuda:
+                    torch.cuda.synchronize(engine.device)
+                start = time.perf_counter()
+                engine.runner.execute_model(out, scheduler.kv)
+                if cuda:
+                    torch.cuda.synchronize(engine.device)
+                times[i].append(time.perf_counter() - start)
+        for (_, out), t in zip(self.pending, times, strict=True):
+            sample = {name: getattr(out, name) for name in FEATURES}
+            sample["time_s"] = statistics.median(t[1:])
+            self.samples.append(sample)
 
     def decoders(self, contexts: list[int]) -> tuple[Scheduler, SchedulerOutput] | None:
         """A scheduler whose next step decodes one request at each of `contexts` tokens."""
@@ -183,13 +201,13 @@ class _Profiler:
                     while scheduler.has_unfinished_requests():
                         self.skip_step(scheduler, scheduler.schedule(0.0))
                 self.add(scheduler, prefix + self.tokens(chunk))
-                self.measure(scheduler, scheduler.schedule(0.0))
+                self.keep(scheduler, scheduler.schedule(0.0))
         for batch in grid.decode_batches:
             for context in grid.decode_contexts:
                 for contexts in grid.batch_contexts(batch, context):
                     made = self.decoders(contexts)
                     if made is not None:
-                        self.measure(*made)
+                        self.keep(*made)
         for batch in grid.mixed_batches:
             for chunk in grid.mixed_chunks:
                 if not self.fits(chunk, f"chunk {chunk}"):
@@ -203,7 +221,7 @@ class _Profiler:
                     self.add(scheduler, self.tokens(chunk))
                     out = scheduler.schedule(0.0)
                     if len(out.decode_requests) == batch and out.num_prefill_tokens == chunk:
-                        self.measure(scheduler, out)
+                        self.keep(scheduler, out)
                     else:  # a decode reached max_model_len in the step before (context max_model_len - 1)
                         self.skipped.append(f"chunk {chunk} beside {batch} decodes at {grid.mixed_context}: "
                                             f"ran {len(out.decode_requests)} decodes, {out.num_prefill_tokens} tokens")
@@ -213,6 +231,7 @@ def profile(engine: LLMEngine, grid: ProfileGrid | None = None, log=sys.stderr) 
     """Measure the grid on the engine; returns the profile as a JSON-ready dict."""
     profiler = _Profiler(engine, grid or ProfileGrid())
     profiler.run()
+    profiler.time_all()
     for note in profiler.skipped:
         print(f"profile: skipped {note}", file=log)
     device = engine.device
