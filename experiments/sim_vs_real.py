@@ -99,7 +99,7 @@ FULL = Setup(num_requests=80, prompt_scale=1 / 8, output_scale=1 / 4, max_prompt
              loads=(0.3, 0.4, 0.5, 0.6, 0.7, 0.8), max_num_seqs=16, max_num_batched_tokens=256,
              grid=ProfileGrid(prefill_chunks=(16, 32, 64, 128, 256), prefill_contexts=(0, 96),
                               decode_batches=tuple(range(1, 17)), decode_contexts=(32, 128, 320),
-                              mixed_batches=(1, 2, 3, 4, 8), mixed_chunks=(32, 128), mixed_context=128, repeats=3))
+                              mixed_batches=(1, 2, 3, 4, 8), mixed_chunks=(32, 128), mixed_context=128, repeats=4))
 QUICK = Setup(num_requests=8, prompt_scale=1 / 16, output_scale=1 / 16, max_prompt_tokens=64, max_output_tokens=8,
               loads=(0.6,), max_num_seqs=4, max_num_batched_tokens=64,
               grid=ProfileGrid(prefill_chunks=(16, 64), prefill_contexts=(0,), decode_batches=(1, 2, 4),

@@ -56,7 +56,7 @@ class ProfileGrid:
     mixed_batches: tuple[int, ...] = (4, 16)  # decode requests beside one prefill chunk
     mixed_chunks: tuple[int, ...] = (64, 256)
     mixed_context: int = 256
-    repeats: int = 3  # timed runs of each step (after one warm-up run); the median is kept
+    repeats: int = 3  # timed runs of each step (after one warm-up run); their mean is kept
     decode_spreads: tuple[float, ...] = (0.0, 1.0)
 
     def __post_init__(self) -> None:
@@ -127,14 +127,19 @@ class _Profiler:
 
     def time_all(self) -> None:
         """Time every kept step in rounds: one untimed round (warm-up), then `repeats` timed ones, each in a
-        new random order; a step's time is its median over the timed rounds.
+        new random order; a step's time is its mean over the timed rounds.
 
         Why rounds in random order: a shared machine's speed drifts over the minutes a profile takes. Timed
         one shape after the other, the drift lands on whichever shapes ran during it, and the cost model's
         corrections by batch size learn it as a property of those sizes (a profile on a loaded machine had
         decode batches 14-16 70 ms slow and batch 13 not). Interleaved, every shape sees the same mix of the
         machine's states: drift scales the whole profile, it does not bend it. The steps' KV blocks overlap
-        (each set-up had the pool to itself), which changes only the values read, never the time."""
+        (each set-up had the pool to itself), which changes only the values read, never the time.
+
+        Why the mean, not the median: the simulator adds step times up, so it needs each step's expected
+        time. On a shared machine a step is now and then slowed by what runs on the other cores (25-35%
+        for tens of seconds, in the replays of `experiments/sim_vs_real.py`); the median drops those
+        rounds, the engine's real steps do not, and the profile came out a few percent fast."""
         engine, cuda = self.engine, self.engine.device.type == "cuda"
         times: list[list[float]] = [[] for _ in self.pending]
         order = list(range(len(self.pending)))
@@ -151,7 +156,7 @@ class _Profiler:
                 times[i].append(time.perf_counter() - start)
         for (_, out), t in zip(self.pending, times, strict=True):
             sample = {name: getattr(out, name) for name in FEATURES}
-            sample["time_s"] = statistics.median(t[1:])
+            sample["time_s"] = statistics.fmean(t[1:])
             self.samples.append(sample)
 
     def decoders(self, contexts: list[int]) -> tuple[Scheduler, SchedulerOutput] | None:
