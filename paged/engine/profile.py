@@ -4,7 +4,9 @@ Every sample is a real engine step: a `SchedulerOutput` made by a real `Schedule
 synthetic requests, carried out by the engine's own runner (same model, kernels, sampler), so
 the profile is what the engine does. The steps that only set a shape up (filling contexts,
 leaving a prefix in the cache) are applied to the scheduler without running the model: step
-time does not depend on the values in the KV cache, only on how much of it is read.
+time does not depend on the values in the KV cache, only on how much of it is read. Every step
+is set up first, then all are timed in rounds in random order, and a sample's time_s is the mean
+of its timed rounds (`_Profiler.time_all` says why).
 
 Features are the SchedulerOutput's aggregates, exactly as the simulator sees them:
 num_prefill_tokens, prefill_attention_pairs, num_decode_tokens, decode_context_sum, num_seqs.
