@@ -99,6 +99,17 @@ class ProfileFit:
     line_heldout_max_ape: float
     num_samples: int
 
+    def scaled(self, factor: float) -> ProfiledCostModel:
+        """The same model on a machine `factor` times slower: every step's time times `factor` (how much a
+        prediction moves when the machine's speed does)."""
+        if not factor > 0:
+            raise ValueError(f"ProfileFit.scaled: factor={factor!r}: expected a number > 0")
+        model = self.cost_model
+        return ProfiledCostModel(tuple(factor * c for c in self.coefficients_s.values()),
+                                 {n: factor * v for n, v in self.decode_corrections_s.items()},
+                                 {n: factor * v for n, v in self.prefill_corrections_s.items()},
+                                 f"{model.name} x{factor:g}", f"{model.description}; times x{factor:g}")
+
 
 def nnls(A: np.ndarray, b: np.ndarray, tol: float = 1e-12) -> np.ndarray:
     """min ||A x - b|| subject to x >= 0 (Lawson and Hanson's active-set method)."""

@@ -41,3 +41,15 @@ def test_sim_vs_real_quick(tmp_path):
     assert set(pd.read_csv(tmp_path / "sim_vs_real.csv").metric) == set(METRICS)
     assert (tmp_path / "sim_vs_real.png").stat().st_size > 10_000
     assert (tmp_path / "profile.json").exists() and "[" in (tmp_path / "verdicts.txt").read_text()
+
+
+def test_the_load_is_the_busiest_well_conditioned_one(monkeypatch):
+    """`choose_load` replays the busiest load where no goal metric moves by more than MAX_ELASTICITY times a
+    change of step time, and the least ill-conditioned one when none qualifies."""
+    m = load("sim_vs_real")
+    worst = {0.3: 1.2, 0.4: 2.5, 0.5: 1.4, 0.6: 1.7}
+    monkeypatch.setattr(m, "at_load", lambda trace, rate: rate)
+    monkeypatch.setattr(m, "elasticities", lambda w, config, fit: {"ttft_mean": -worst[w], "tpot_mean": 1.0})
+    assert m.MAX_ELASTICITY == 1.5 and m.choose_load(None, None, None, 1.0, tuple(worst)) == (0.5, worst)
+    worst = {0.5: 1.9, 0.6: 1.7, 0.7: 3.0}
+    assert m.choose_load(None, None, None, 1.0, tuple(worst)) == (0.6, worst)

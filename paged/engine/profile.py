@@ -4,7 +4,9 @@ Every sample is a real engine step: a `SchedulerOutput` made by a real `Schedule
 synthetic requests, carried out by the engine's own runner (same model, kernels, sampler), so
 the profile is what the engine does. The steps that only set a shape up (filling contexts,
 leaving a prefix in the cache) are applied to the scheduler without running the model: step
-time does not depend on the values in the KV cache, only on how much of it is read.
+time does not depend on the values in the KV cache, only on how much of it is read. Every step
+is set up first, then all are timed in rounds in random order, and a sample's time_s is the mean
+of its timed rounds (`_Profiler.time_all` says why).
 
 Features are the SchedulerOutput's aggregates, exactly as the simulator sees them:
 num_prefill_tokens, prefill_attention_pairs, num_decode_tokens, decode_context_sum, num_seqs.
@@ -56,7 +58,7 @@ class ProfileGrid:
     mixed_batches: tuple[int, ...] = (4, 16)  # decode requests beside one prefill chunk
     mixed_chunks: tuple[int, ...] = (64, 256)
     mixed_context: int = 256
-    repeats: int = 3  # timed runs of each step (after one warm-up run); the median is kept
+    repeats: int = 3  # timed runs of each step (after one warm-up run); their mean is kept
     decode_spreads: tuple[float, ...] = (0.0, 1.0)
 
     def __post_init__(self) -> None:
@@ -94,13 +96,15 @@ class _Profiler:
         self.grid = grid
         self.rng = random.Random(0)
         self.samples: list[dict] = []
+        self.pending: list[tuple[Scheduler, SchedulerOutput]] = []  # steps set up, to time (`time_all`)
         self.skipped: list[str] = []
         self._ids = 0
 
-    def scheduler(self) -> Scheduler:
-        """A fresh scheduler over the engine's KV tensors (its own empty pool and prefix cache)."""
+    def scheduler(self, setup_tokens: int = 0) -> Scheduler:
+        """A fresh scheduler over the engine's KV tensors (its own empty pool and prefix cache), with a
+        token budget of at least `setup_tokens`: set-up prompts then all prefill in one (unrun) step."""
         cache = self.engine.scheduler.cache_config
-        budget = self.grid.max_num_batched_tokens
+        budget = max(self.grid.max_num_batched_tokens, setup_tokens)
         return Scheduler(
             CacheConfig(num_gpu_blocks=cache.num_gpu_blocks, block_size=cache.block_size, watermark=0.0),
             SchedulerConfig(max_num_seqs=budget, max_num_batched_tokens=budget,
@@ -119,21 +123,43 @@ class _Profiler:
         sampled = {r.request_id: [0] for r in (*out.decode_requests, *out.prefill_requests)}
         scheduler.update_from_output(out, sampled, 0.0)
 
-    def measure(self, scheduler: Scheduler, out: SchedulerOutput) -> None:
+    def keep(self, scheduler: Scheduler, out: SchedulerOutput) -> None:
+        """Keep the step to time later, with every other (`time_all`)."""
+        self.pending.append((scheduler, out))
+
+    def time_all(self) -> None:
+        """Time every kept step in rounds: one untimed round (warm-up), then `repeats` timed ones, each in a
+        new random order; a step's time is its mean over the timed rounds.
+
+        Why rounds in random order: a shared machine's speed drifts over the minutes a profile takes. Timed
+        one shape after the other, the drift lands on whichever shapes ran during it, and the cost model's
+        corrections by batch size learn it as a property of those sizes (a profile on a loaded machine had
+        decode batches 14-16 70 ms slow and batch 13 not). Interleaved, every shape sees the same mix of the
+        machine's states: drift scales the whole profile, it does not bend it. The steps' KV blocks overlap
+        (each set-up had the pool to itself), which changes only the values read, never the time.
+
+        Why the mean, not the median: the simulator adds step times up, so it needs each step's expected
+        time. On a shared machine a step is now and then slowed by what runs on the other cores (25-35%
+        for tens of seconds, in the replays of `experiments/sim_vs_real.py`); the median drops those
+        rounds, the engine's real steps do not, and the profile came out a few percent fast."""
         engine, cuda = self.engine, self.engine.device.type == "cuda"
-        times = []
+        times: list[list[float]] = [[] for _ in self.pending]
+        order = list(range(len(self.pending)))
         for _ in range(self.grid.repeats + 1):
-            if cuda:
-                torch.cuda.synchronize(engine.device)
-            start = time.perf_counter()
-            sampled = engine.runner.execute_model(out, scheduler.kv)
-            if cuda:
-                torch.cuda.synchronize(engine.device)
-            times.append(time.perf_counter() - start)
-        scheduler.update_from_output(out, sampled, 0.0)
-        sample = {name: getattr(out, name) for name in FEATURES}
-        sample["time_s"] = statistics.median(times[1:])
-        self.samples.append(sample)
+            self.rng.shuffle(order)
+            for i in order:
+                scheduler, out = self.pending[i]
+                if cuda:
+                    torch.cuda.synchronize(engine.device)
+                start = time.perf_counter()
+                engine.runner.execute_model(out, scheduler.kv)
+                if cuda:
+                    torch.cuda.synchronize(engine.device)
+                times[i].append(time.perf_counter() - start)
+        for (_, out), t in zip(self.pending, times, strict=True):
+            sample = {name: getattr(out, name) for name in FEATURES}
+            sample["time_s"] = statistics.fmean(t[1:])
+            self.samples.append(sample)
 
     def decoders(self, contexts: list[int]) -> tuple[Scheduler, SchedulerOutput] | None:
         """A scheduler whose next step decodes one request at each of `contexts` tokens."""
@@ -144,14 +170,22 @@ class _Profiler:
         if sum(context // cache.block_size + 2 for context in contexts) > cache.num_gpu_blocks:
             self.skipped.append(f"{what}: does not fit in the KV cache")
             return None
-        scheduler = self.scheduler()
+        # Every prompt prefills in the first (unrun) step, so the next one decodes each request at exactly its
+        # context. (With the grid's budget the prompts took several steps, and those prefilled first decoded
+        # meanwhile: at a context near max_model_len one finished there, the batch was never reached, and the
+        # loop never ended.) A batch that still cannot be made is skipped with a note, never waited for.
+        scheduler = self.scheduler(setup_tokens=sum(contexts))
         for context in contexts:
             self.add(scheduler, self.tokens(context - 1))  # prefill, sample one: the next step attends to `context`
-        while True:
+        for _ in range(len(contexts) + 1):
             out = scheduler.schedule(0.0)
             if not out.prefill_requests and len(out.decode_requests) == len(contexts):
                 return scheduler, out
+            if out.is_empty or len(scheduler.requests) < len(contexts):
+                break
             self.skip_step(scheduler, out)
+        self.skipped.append(f"{what}: the scheduler would not run it (a request finished or waits while setting up)")
+        return None
 
     def fits(self, num_tokens: int, what: str) -> bool:
         max_model_len = self.engine.scheduler.config.max_model_len
@@ -174,30 +208,37 @@ class _Profiler:
                     while scheduler.has_unfinished_requests():
                         self.skip_step(scheduler, scheduler.schedule(0.0))
                 self.add(scheduler, prefix + self.tokens(chunk))
-                self.measure(scheduler, scheduler.schedule(0.0))
+                self.keep(scheduler, scheduler.schedule(0.0))
         for batch in grid.decode_batches:
             for context in grid.decode_contexts:
                 for contexts in grid.batch_contexts(batch, context):
                     made = self.decoders(contexts)
                     if made is not None:
-                        self.measure(*made)
+                        self.keep(*made)
         for batch in grid.mixed_batches:
             for chunk in grid.mixed_chunks:
                 if not self.fits(chunk, f"chunk {chunk}"):
                     continue
                 for contexts in grid.batch_contexts(batch, grid.mixed_context):
                     made = self.decoders(contexts)
-                    if made is not None:
-                        scheduler, out = made
-                        self.skip_step(scheduler, out)
-                        self.add(scheduler, self.tokens(chunk))
-                        self.measure(scheduler, scheduler.schedule(0.0))
+                    if made is None:
+                        continue
+                    scheduler, out = made
+                    self.skip_step(scheduler, out)
+                    self.add(scheduler, self.tokens(chunk))
+                    out = scheduler.schedule(0.0)
+                    if len(out.decode_requests) == batch and out.num_prefill_tokens == chunk:
+                        self.keep(scheduler, out)
+                    else:  # a decode reached max_model_len in the step before (context max_model_len - 1)
+                        self.skipped.append(f"chunk {chunk} beside {batch} decodes at {grid.mixed_context}: "
+                                            f"ran {len(out.decode_requests)} decodes, {out.num_prefill_tokens} tokens")
 
 
 def profile(engine: LLMEngine, grid: ProfileGrid | None = None, log=sys.stderr) -> dict:
     """Measure the grid on the engine; returns the profile as a JSON-ready dict."""
     profiler = _Profiler(engine, grid or ProfileGrid())
     profiler.run()
+    profiler.time_all()
     for note in profiler.skipped:
         print(f"profile: skipped {note}", file=log)
     device = engine.device

@@ -1,11 +1,15 @@
 """Roofline, memory plan and profiled cost model: sanity against known figures."""
+import functools
 import json
 import random
+import tempfile
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from paged.core.scheduler_output import SchedulerOutput
 from sim import fit_profile, get_hardware, get_model, plan_kv_cache, roofline_cost_model, simulate
@@ -176,3 +180,34 @@ def test_bad_profiles(tmp_path):
     p.write_text(json.dumps(doc))
     with pytest.raises(ValueError, match=r"samples\[3\]\.time_s=-1"):
         fit_profile(p)
+
+
+@functools.cache
+def bumped_fit():
+    """A fit with corrections by batch size (fitted once: the property below only evaluates it)."""
+    path = Path(tempfile.mkdtemp()) / "prof.json"
+    write_profile(path, np.array([0.045, 2e-3, 1e-9, 3e-3, 5e-6, 0.0]), n=300, decode_bump_s=BUMPS, batches=17)
+    return fit_profile(path)
+
+
+@settings(max_examples=100, deadline=None)
+@given(factor=st.floats(0.25, 4.0), p=st.integers(0, 512), d=st.integers(0, 40), ctx=st.integers(0, 4000))
+def test_a_scaled_fit_is_every_step_times_the_factor(factor, p, d, ctx):
+    """`ProfileFit.scaled`: the same model on a machine `factor` times slower, corrections included."""
+    assume(p or d)
+    fit = bumped_fit()
+    assert fit.decode_corrections_s  # the corrections are scaled too
+    shape = dict(num_prefill_tokens=p, prefill_attention_pairs=p * (p + 1) // 2, num_decode_tokens=d,
+                 decode_context_sum=ctx * d, num_seqs=d + (1 if p else 0))
+    base, scaled = fit.cost_model.step_seconds(**shape), fit.scaled(factor).step_seconds(**shape)
+    # exact up to each coefficient's rounding to a tick (half a tick per unit of each feature, on either side)
+    rounding = (2 + sum(shape.values())) * (1 + factor) / TICKS_PER_S
+    assert scaled == pytest.approx(factor * base, rel=1e-12, abs=rounding)
+
+
+def test_a_scaled_fit_refuses_a_factor_not_above_zero(tmp_path):
+    path = tmp_path / "prof.json"
+    write_profile(path, np.array([2e-3, 5e-6, 1e-9, 2e-5, 3e-8, 1e-5]))
+    for bad in (0.0, -1.0, float("nan")):
+        with pytest.raises(ValueError, match=r"factor=.*expected a number > 0"):
+            fit_profile(path).scaled(bad)

@@ -1,0 +1,74 @@
+"""The profiler measures the decode batches it is asked for, up to the end of max_model_len, and always ends.
+
+Before: the set-up prompts of a decode batch prefilled over several steps (the grid's token budget), the
+requests prefilled first decoded meanwhile, and at a context of max_model_len - 1 one of them finished
+there: the batch was never reached and the set-up loop spun forever.
+"""
+import threading
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from paged.engine import EngineConfig, LLMEngine
+from paged.engine.profile import ProfileGrid, profile
+
+MAX_MODEL_LEN = 64
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_llama):
+    return LLMEngine(EngineConfig(model=str(tiny_llama[0]), max_model_len=MAX_MODEL_LEN, kv_cache_memory_bytes=4 << 20,
+                                  max_num_batched_tokens=64, threads=1))
+
+
+def profiled(engine, grid: ProfileGrid, timeout_s: float = 120.0) -> tuple[dict, list[str]]:
+    """The profile and its skip notes, or a failure (not a hung test) if it does not end in time."""
+    result, notes, errors = {}, [], []
+
+    class Log:
+        def write(self, text):
+            notes.extend(line for line in text.splitlines() if line)
+
+    def work():
+        try:
+            result.update(profile(engine, grid, log=Log()))
+        except Exception as e:  # raised again in the test's thread
+            errors.append(e)
+
+    worker = threading.Thread(target=work, daemon=True)
+    worker.start()
+    worker.join(timeout_s)
+    assert not worker.is_alive(), f"the profiler did not end in {timeout_s} s on {grid}"
+    if errors:
+        raise errors[0]
+    return result, notes
+
+
+def test_decode_at_max_model_len_minus_one_ends_and_measures_exact_contexts(engine):
+    last = MAX_MODEL_LEN - 1  # the longest context a decode can attend to (it writes token max_model_len)
+    grid = ProfileGrid(prefill_chunks=(16,), prefill_contexts=(0,), decode_batches=(1, 2, 3), decode_contexts=(last,),
+                       mixed_batches=(2,), mixed_chunks=(16,), mixed_context=last, repeats=1)
+    assert 3 * last > grid.max_num_batched_tokens  # the set-up prompts do not fit in one step of the grid's budget
+    prof, notes = profiled(engine, grid)
+    decode = [s for s in prof["samples"] if s["num_prefill_tokens"] == 0]
+    expected = [(b, sum(c)) for b in grid.decode_batches for c in grid.batch_contexts(b, last)]
+    assert [(s["num_decode_tokens"], s["decode_context_sum"]) for s in decode] == expected
+    # The mixed step decodes one token later than the set-up: at max_model_len nothing is left to decode.
+    assert not [s for s in prof["samples"] if s["num_prefill_tokens"] and s["num_decode_tokens"]]
+    assert sum("beside 2 decodes" in n for n in notes) == 2, notes
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(batches=st.lists(st.integers(1, 6), min_size=1, max_size=2, unique=True),
+       contexts=st.lists(st.integers(2, MAX_MODEL_LEN - 1), min_size=1, max_size=2, unique=True),
+       spreads=st.lists(st.sampled_from((0.0, 0.5, 1.0)), min_size=1, max_size=2, unique=True))
+def test_every_decode_batch_is_measured_at_its_contexts(engine, batches, contexts, spreads):
+    grid = ProfileGrid(prefill_chunks=(16,), prefill_contexts=(0,), decode_batches=tuple(batches),
+                       decode_contexts=tuple(contexts), mixed_batches=(1,), mixed_chunks=(8,), mixed_context=2,
+                       repeats=1, decode_spreads=tuple(spreads))
+    prof, notes = profiled(engine, grid)
+    decode = [(s["num_decode_tokens"], s["decode_context_sum"]) for s in prof["samples"]
+              if s["num_prefill_tokens"] == 0]
+    assert decode == [(b, sum(c)) for b in batches for longest in contexts for c in grid.batch_contexts(b, longest)]
+    assert not notes
