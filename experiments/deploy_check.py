@@ -432,7 +432,7 @@ def verdicts(table: pd.DataFrame, routers: dict, load: dict[str, float] | None =
 
 def plot(table: pd.DataFrame, names: list[str], title: str):
     metrics = ["ttft_s_mean", "tpot_s_mean", "e2e_s_mean", "throughput_req_s", "prefix_cache_hit_rate"]
-    fig, axes = figure(1, len(metrics), width=1.45, height=2.4)  # a page's width
+    fig, axes = figure(1, len(metrics), height=2.4)
     x = np.arange(len(names))
     for ax, metric in zip(axes[0], metrics, strict=True):
         d = table[table.metric == metric].set_index("router").loc[names]

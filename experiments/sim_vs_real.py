@@ -312,7 +312,7 @@ def step_summary(steps: pd.DataFrame) -> pd.DataFrame:
 def plot(predicted: pd.DataFrame, measured: pd.DataFrame, steps: pd.DataFrame, title: str):
     from matplotlib.ticker import NullFormatter
 
-    fig, axes = figure(2, 2, width=3.0, height=2.3)
+    fig, axes = figure(2, 2, height=2.3)
     lat = {"predicted": latencies(predicted), "measured": latencies(measured)}
     panels = {"ttft": "time to first token", "tpot": "time per output token", "e2e": "end-to-end latency"}
     for ax, (key, label) in zip(axes.flat, panels.items(), strict=False):

@@ -58,12 +58,12 @@ class SmallTextWarning(UserWarning):
     """A figure that, printed at a column's width, would show text under MIN_PRINTED_PT."""
 
 
-def figure(nrows: int = 1, ncols: int = 1, width: float | None = None, height: float | None = None):
+def figure(nrows: int = 1, ncols: int = 1, height: float | None = None):
     """A figure in the project's style, one column wide: up to three panels stacked, more two
     across. `axes[r, c]` is the panel a `nrows` x `ncols` grid would have there (row by row);
-    `height` is each panel's, in inches; `width` is not used (a panel takes the column's width,
-    or half of it). Scripts without a display get matplotlib's headless default backend on
-    their own; a notebook keeps its inline one."""
+    `height` is each panel's, in inches (a panel takes the column's width, or half of it).
+    Scripts without a display get matplotlib's headless default backend on their own; a
+    notebook keeps its inline one."""
     import matplotlib.pyplot as plt
 
     plt.rcParams.update(STYLE)
