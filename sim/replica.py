@@ -1,9 +1,11 @@
-"""One replica: the shared `paged` Scheduler stepped by a simpy process, a cost model in
-place of the GPU.
+"""One replica: the shared `paged` Scheduler stepped on the simulator's event loop, a cost
+model in place of the GPU.
 
-The process is tiny: wait until there is work, then repeatedly `begin` a step (the
-scheduler decides, the cost model says how long) and `end` it (the scheduler learns what
-happened) after that much simulated time. No scheduling decision is taken here.
+The actor is tiny: wait until there is work, then repeatedly `begin` a step (the scheduler
+decides, the cost model says how long) and `end` it (the scheduler learns what happened)
+after that much simulated time. No scheduling decision is taken here. A step that ends
+before anything else is queued ends at once, without a trip through the loop's queue
+(`EventLoop.next_tick`): the same order, fewer events.
 
 The fast path. After each step the scheduler says for how many next steps the decode batch
 stays fixed (`max_uniform_decode_steps`: no admission possible, no finish before the last,
@@ -20,11 +22,10 @@ from collections.abc import Callable
 from itertools import accumulate
 
 import numpy as np
-import simpy
 
 from paged.core.scheduler_base import BaseScheduler
 
-from .clock import TICKS_PER_S, to_ticks
+from .clock import TICKS_PER_S, EventLoop, to_ticks
 from .cost_model import CostModel
 from .itl import LongestStepSince
 from .itl_histogram import add_window_to_histogram, itl_bin
@@ -33,11 +34,11 @@ from .window import envelope, first_reaching, span, step_duration, steps_within
 
 
 class Replica:
-    def __init__(self, index: int, env: simpy.Environment, scheduler: BaseScheduler, cost: CostModel,
+    def __init__(self, index: int, loop: EventLoop, scheduler: BaseScheduler, cost: CostModel,
                  log: RequestLog, timeseries: TimeSeries, next_arrival: Callable[[], int | None],
                  fast_path: bool = True) -> None:
         self.index = index
-        self.env = env
+        self.loop = loop
         self.scheduler = scheduler
         self.cost = cost
         self.log = log
@@ -56,7 +57,6 @@ class Replica:
         self.num_windows = 0
         self.num_window_steps = 0
         self.busy_ticks = 0  # time spent running steps: the GPU's busy time
-        self._wake = env.event()
         self._wake_generation = 0
         self._out = None  # the step in progress, when not a window
         self._step_ticks = 0
@@ -66,20 +66,31 @@ class Replica:
         # output counts of the running requests when the step in progress began.
         self.token_times: dict[str, list[int]] | None = {} if log.itl_s is not None else None
         self._counts_before: list | None = None
-        env.process(self._run())
 
-    # -- the simpy process --------------------------------------------------------------------
-    def _run(self):
-        env = self.env
-        while True:
-            yield self._wake
-            if self.timeseries.next_tick < env.now:  # woken by a timer: the samples due show the idle state
-                self._sample(env.now)
-            delay = self._begin(env.now)
-            while delay is not None:
-                yield env.timeout(delay)
-                self._end(env.now)
-                delay = self._begin(env.now)
+    # -- on the event loop --------------------------------------------------------------------
+    def _woken(self) -> None:
+        now = self.loop.now
+        if self.timeseries.next_tick < now:  # woken by a timer: the samples due show the idle state
+            self._sample(now)
+        self._run_steps(now, self._begin(now))
+
+    def _step_done(self) -> None:
+        now = self.loop.now
+        self._end(now)
+        self._run_steps(now, self._begin(now))
+
+    def _run_steps(self, now: int, delay: int | None) -> None:
+        """Run steps back to back from `now`, the first taking `delay` ticks (None: idle), until
+        one ends at or after the next queued event: that one is queued."""
+        loop = self.loop
+        while delay is not None:
+            now += delay
+            if now >= loop.next_tick():
+                loop.at(now, self._step_done)
+                return
+            loop.now = now
+            self._end(now)
+            delay = self._begin(now)
 
     # -- requests in --------------------------------------------------------------------------
     def add(self, req, now: int) -> None:
@@ -115,15 +126,13 @@ class Replica:
     def _wakeup(self) -> None:
         self.idle = False
         self._wake_generation += 1
-        ev, self._wake = self._wake, self.env.event()
-        ev.succeed()
+        self.loop.at(self.loop.now, self._woken)
 
     def _go_idle(self, now: int, next_wakeup: float | None) -> None:
         self.idle = True
         if next_wakeup is not None:  # static batching: a partial batch launches at its timeout
             gen = self._wake_generation
-            timer = self.env.timeout(max(1, to_ticks(next_wakeup) - now))
-            timer.callbacks.append(lambda _ev: self._timer(gen))
+            self.loop.at(now + max(1, to_ticks(next_wakeup) - now), lambda: self._timer(gen))
 
     def _timer(self, generation: int) -> None:
         if self.idle and generation == self._wake_generation:  # not woken by an arrival since

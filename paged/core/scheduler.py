@@ -40,6 +40,13 @@ class Scheduler(BaseScheduler):
     def _changed(self) -> None:
         self._admission_blocked = False
 
+    def _queued(self, req: Request) -> None:
+        """An arrival that queues behind a head blocked for a lasting reason leaves it blocked: under
+        a static order the head stays ahead of it, and what the head lacks (sequences, blocks) does
+        not depend on who waits behind it. So the fast path keeps going across such arrivals."""
+        if self._admission_blocked and self._next_queued() is req:
+            self._admission_blocked = False
+
     def _remove(self, req: Request) -> None:
         st = req.status
         if st == RequestStatus.RUNNING:
@@ -362,7 +369,8 @@ class Scheduler(BaseScheduler):
         """How many next steps are pure decode with nothing changing: no prefill, no possible
         admission, no finish before the last of them, blocks enough for every boundary crossed.
         0 when the next step is not such a step. Valid between `update_from_output` and the
-        next `schedule`, when no request was added or aborted since the last `schedule`."""
+        next `schedule`, when no request was aborted since the last `schedule` (arrivals are
+        accounted for: one that would be admitted first clears `_admission_blocked`)."""
         dec = self.decode
         if self.prefilling or not dec.members:
             return 0

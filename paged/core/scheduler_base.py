@@ -102,6 +102,11 @@ class BaseScheduler(ABC):
         Nothing to do by default (static batching concludes nothing between batches)."""
         return None
 
+    def _queued(self, request: Request) -> None:
+        """A request joined the waiting queue: by default, as any change, it makes stale what the
+        scheduler concluded about admission."""
+        self._changed()
+
     def _reject_reason(self, request: Request) -> str | None:
         p = request.num_prompt_tokens
         if p > self.config.max_model_len:
@@ -136,7 +141,7 @@ class BaseScheduler(ABC):
             return
         self.requests[request.request_id] = request
         self.waiting.push(request)
-        self._changed()
+        self._queued(request)
 
     def abort(self, request_id: str, now: float | None = None) -> Request | None:
         """Stop a request in any state and release all its blocks."""
