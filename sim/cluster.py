@@ -1,28 +1,30 @@
 """Replicas behind a router, fed by one arrival process.
 
-The arrivals walk the workload's columns and create each `paged.Request` only when it
-arrives; they are URGENT events (see `sim.clock`), so that at equal times every replica sees
-the arrival. Replicas cut their fast-path windows at the next arrival anywhere, which
-keeps the state a router reads at an arrival identical with and without the fast path.
+The arrival process walks the workload's columns and creates each `paged.Request` only when
+it arrives; its timeouts are URGENT (see `sim.clock`), so that at equal times every replica
+sees the arrival. Replicas behind a router cut their fast-path windows at the next arrival
+anywhere, which keeps the state a router reads at an arrival identical with and without the
+fast path.
 """
 from __future__ import annotations
 
 import numpy as np
+import simpy
 
 from paged.core.request import Request, SamplingParams
 from paged.core.scheduler_base import BaseScheduler
 from paged.workloads.workload import Workload
 
-from .clock import MAX_TRACE_SPAN_S, TICKS_PER_S, URGENT, EventLoop
+from .clock import MAX_TRACE_SPAN_S, TICKS_PER_S, UrgentTimeout
 from .cost_model import CostModel
 from .recorder import RequestLog, TimeSeries
 from .replica import Replica
 
 
 class Cluster:
-    def __init__(self, loop: EventLoop, workload: Workload, schedulers: list[BaseScheduler], cost: CostModel,
+    def __init__(self, env: simpy.Environment, workload: Workload, schedulers: list[BaseScheduler], cost: CostModel,
                  router, log: RequestLog, sample_interval_ticks: int, fast_path: bool = True, progress=None) -> None:
-        self.loop = loop
+        self.env = env
         self.workload = workload
         self.router = router
         self.progress = progress  # a tqdm bar, or None
@@ -31,37 +33,37 @@ class Cluster:
             raise ValueError(f"workload {workload.name!r} has arrivals until {last:.4g} s: the simulator's clock "
                              f"holds at most {MAX_TRACE_SPAN_S:.4g} s (are the timestamps in the unit the format "
                              "expects?)")
-        self.arrival_ticks = np.round(workload.arrival_s * TICKS_PER_S).astype(np.int64).tolist()
+        self.arrival_ticks = np.round(workload.arrival_s * TICKS_PER_S).astype(np.int64)
         self.num_requests = len(workload)
         self.next_index = 0
         self._params: dict[int, SamplingParams] = {}
         self._has_extra = any(c is not None for c in (workload.priority, workload.business_value, workload.deadline_s))
-        self.replicas = [Replica(i, loop, s, cost, log, TimeSeries(sample_interval_ticks), self.next_arrival, fast_path)
-                         for i, s in enumerate(schedulers)]
+        # Windows may run through arrivals that cannot change them, unless a router reads the
+        # replicas' state at arrivals, or an SLO watch may stop the run at one.
+        watched = len(schedulers) > 1 or log.watch is not None
+        self.replicas = [Replica(i, env, s, cost, log, TimeSeries(sample_interval_ticks), self.next_arrival, fast_path,
+                                 watched) for i, s in enumerate(schedulers)]
         subscribe = getattr(router, "replica_events", None)  # a router that reads the replicas' KV events
         if subscribe is not None:
             for r in self.replicas:
                 r.pool.events = subscribe(r.index)
-        self._progress_every = max(1, self.num_requests // 200)
-        if self.num_requests:
-            loop.at(self.arrival_ticks[0], self._arrivals, URGENT)
+        env.process(self._arrivals())
 
     def next_arrival(self) -> int | None:
         i = self.next_index
-        return self.arrival_ticks[i] if i < self.num_requests else None
+        return self.arrival_ticks.item(i) if i < self.num_requests else None
 
-    def _arrivals(self) -> None:
-        """Deliver every request arriving now; queue the next arrival."""
-        ticks, n, now, every = self.arrival_ticks, self.num_requests, self.loop.now, self._progress_every
-        i = self.next_index
-        while i < n and ticks[i] <= now:
+    def _arrivals(self):
+        env, tick = self.env, self.arrival_ticks.item
+        every = max(1, self.num_requests // 200)
+        for i in range(self.num_requests):
+            t = tick(i)
+            if t > env.now:
+                yield UrgentTimeout(env, t - env.now)
             self.next_index = i + 1
-            self._deliver(i, ticks[i])
+            self._deliver(i, t)
             if self.progress is not None and (i + 1) % every == 0:
                 self.progress.update(every)
-            i += 1
-        if i < n:
-            self.loop.at(ticks[i], self._arrivals, URGENT)
 
     def _deliver(self, i: int, t: int) -> None:
         w = self.workload
@@ -73,11 +75,11 @@ class Cluster:
                 extra["business_value"] = float(w.business_value[i])
             if w.deadline_s is not None:
                 extra["deadline"] = float(w.deadline_s[i])
-        max_tokens = int(w.num_output_tokens[i])
+        max_tokens = int(w.num_output_tokens.item(i))  # item(): a Python number, without a numpy scalar
         params = self._params.get(max_tokens)
         if params is None:  # shared by all requests of this length: the scheduler only reads them
             params = self._params[max_tokens] = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
-        req = Request(str(i), num_prompt_tokens=int(w.num_prompt_tokens[i]), sampling_params=params,
+        req = Request(str(i), num_prompt_tokens=int(w.num_prompt_tokens.item(i)), sampling_params=params,
                       arrival_time=t / TICKS_PER_S,
                       prefix_hash_ids=w.prefix_ids(i) if w.prefix_index is not None else None,
                       hash_id_block_size=w.hash_id_block_size, **extra)

@@ -1,11 +1,11 @@
-"""One replica: the shared `paged` Scheduler stepped on the simulator's event loop, a cost
-model in place of the GPU.
+"""One replica: the shared `paged` Scheduler stepped by a simpy process, a cost model in
+place of the GPU.
 
-The actor is tiny: wait until there is work, then repeatedly `begin` a step (the scheduler
-decides, the cost model says how long) and `end` it (the scheduler learns what happened)
-after that much simulated time. No scheduling decision is taken here. A step that ends
-before anything else is queued ends at once, without a trip through the loop's queue
-(`EventLoop.next_tick`): the same order, fewer events.
+The process is tiny: wait until there is work, then repeatedly `begin` a step (the
+scheduler decides, the cost model says how long) and `end` it (the scheduler learns what
+happened) after that much simulated time. No scheduling decision is taken here. A step that
+ends strictly before simpy's next queued event ends at once (`sim.clock.Environment.advance`),
+without a Timeout: the same order, fewer events.
 
 The fast path. After each step the scheduler says for how many next steps the decode batch
 stays fixed (`max_uniform_decode_steps`: no admission possible, no finish before the last,
@@ -13,6 +13,8 @@ blocks enough). The replica then takes them as one event, cut short so that no r
 arrives before any of them starts (an arrival would be admitted by a real `schedule()`;
 an arrival at exactly a step boundary is seen by that step, see `sim.clock`), and so that
 it ends by the next time-series sample (a sample then always sees the scheduler as it is).
+A lone replica that nothing reads at arrivals skips the first cut when the scheduler says
+arrivals cannot change the window (`arrivals_change_nothing`: they queue behind a blocked head).
 Step times come from `sim.window` in closed form. The result is identical to stepping,
 which the tests check on random workloads and configurations.
 """
@@ -25,7 +27,7 @@ import numpy as np
 
 from paged.core.scheduler_base import BaseScheduler
 
-from .clock import TICKS_PER_S, EventLoop, to_ticks
+from .clock import TICKS_PER_S, Environment, to_ticks
 from .cost_model import CostModel
 from .itl import LongestStepSince
 from .itl_histogram import add_window_to_histogram, itl_bin
@@ -34,16 +36,19 @@ from .window import envelope, first_reaching, span, step_duration, steps_within
 
 
 class Replica:
-    def __init__(self, index: int, loop: EventLoop, scheduler: BaseScheduler, cost: CostModel,
+    def __init__(self, index: int, env: Environment, scheduler: BaseScheduler, cost: CostModel,
                  log: RequestLog, timeseries: TimeSeries, next_arrival: Callable[[], int | None],
-                 fast_path: bool = True) -> None:
+                 fast_path: bool = True, watched: bool = True) -> None:
         self.index = index
-        self.loop = loop
+        self.env = env
         self.scheduler = scheduler
         self.cost = cost
         self.log = log
         self.timeseries = timeseries
         self.next_arrival = next_arrival  # tick of the next request to arrive anywhere, None after the last
+        # Whether anything reads this replica's state at an arrival (a router choosing among
+        # replicas, an SLO watch that may stop the run there): then windows stop at arrivals.
+        self.watched = watched
         self.fast_path = fast_path
         self.pool = scheduler.kv.pool
         self.block_size = scheduler.block_size
@@ -57,6 +62,7 @@ class Replica:
         self.num_windows = 0
         self.num_window_steps = 0
         self.busy_ticks = 0  # time spent running steps: the GPU's busy time
+        self._wake = env.event()
         self._wake_generation = 0
         self._out = None  # the step in progress, when not a window
         self._step_ticks = 0
@@ -66,31 +72,24 @@ class Replica:
         # output counts of the running requests when the step in progress began.
         self.token_times: dict[str, list[int]] | None = {} if log.itl_s is not None else None
         self._counts_before: list | None = None
+        env.process(self._run())
 
-    # -- on the event loop --------------------------------------------------------------------
-    def _woken(self) -> None:
-        now = self.loop.now
-        if self.timeseries.next_tick < now:  # woken by a timer: the samples due show the idle state
-            self._sample(now)
-        self._run_steps(now, self._begin(now))
-
-    def _step_done(self) -> None:
-        now = self.loop.now
-        self._end(now)
-        self._run_steps(now, self._begin(now))
-
-    def _run_steps(self, now: int, delay: int | None) -> None:
-        """Run steps back to back from `now`, the first taking `delay` ticks (None: idle), until
-        one ends at or after the next queued event: that one is queued."""
-        loop = self.loop
-        while delay is not None:
-            now += delay
-            if now >= loop.next_tick():
-                loop.at(now, self._step_done)
-                return
-            loop.now = now
-            self._end(now)
-            delay = self._begin(now)
+    # -- the simpy process --------------------------------------------------------------------
+    def _run(self):
+        env = self.env
+        while True:
+            yield self._wake
+            if self.timeseries.next_tick < env.now:  # woken by a timer: the samples due show the idle state
+                self._sample(env.now)
+            delay = self._begin(env.now)
+            while delay is not None:
+                end = env.now + delay
+                if end < env.peek():  # nothing else happens before the step ends
+                    env.advance(end)
+                else:
+                    yield env.timeout(delay)
+                self._end(env.now)
+                delay = self._begin(env.now)
 
     # -- requests in --------------------------------------------------------------------------
     def add(self, req, now: int) -> None:
@@ -126,13 +125,15 @@ class Replica:
     def _wakeup(self) -> None:
         self.idle = False
         self._wake_generation += 1
-        self.loop.at(self.loop.now, self._woken)
+        ev, self._wake = self._wake, self.env.event()
+        ev.succeed()
 
     def _go_idle(self, now: int, next_wakeup: float | None) -> None:
         self.idle = True
         if next_wakeup is not None:  # static batching: a partial batch launches at its timeout
             gen = self._wake_generation
-            self.loop.at(now + max(1, to_ticks(next_wakeup) - now), lambda: self._timer(gen))
+            timer = self.env.timeout(max(1, to_ticks(next_wakeup) - now))
+            timer.callbacks.append(lambda _ev: self._timer(gen))
 
     def _timer(self, generation: int) -> None:
         if self.idle and generation == self._wake_generation:  # not woken by an arrival since
@@ -150,7 +151,7 @@ class Replica:
             segs = envelope(lines)
             # Every step must start before the next arrival, and the window must end by the next
             # sample, so that a sample never has to see the middle of a window.
-            nxt = self.next_arrival()
+            nxt = None if not self.watched and sched.arrivals_change_nothing() else self.next_arrival()
             n = k if nxt is None else first_reaching(segs, nxt - now, k)
             d = span(segs, n)
             budget = self.timeseries.next_tick - now

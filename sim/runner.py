@@ -15,7 +15,7 @@ from paged.core.scheduler import Scheduler
 from paged.core.static_batching import StaticBatchScheduler
 from paged.workloads.workload import Workload
 
-from .clock import TICKS_PER_S, EventLoop, to_ticks
+from .clock import TICKS_PER_S, Environment, to_ticks
 from .cluster import Cluster
 from .compressed_swap import DEFAULT_PROFILE, SwapProfile, with_compressed_swap
 from .cost_model import CostModel, RooflineParams, roofline_cost_model
@@ -122,7 +122,7 @@ def simulate(workload: Workload, config: SimConfig | None = None, *, stop_on_mis
     schedulers = [make_scheduler(config, cache, sched) for _ in range(config.replicas)]
     capacity_ids = cache.num_gpu_slots // workload.hash_id_block_size or 1
     router = make_router(config.router, config.replicas, capacity_ids, config.block_size, workload.hash_id_block_size)
-    loop = EventLoop()
+    env = Environment()
     log = RequestLog(len(workload), config.record_itl)
     if stop_on_miss is not None:
         log.watch = SLOWatch(stop_on_miss, workload.num_output_tokens)
@@ -131,12 +131,13 @@ def simulate(workload: Workload, config: SimConfig | None = None, *, stop_on_mis
         from tqdm import tqdm
 
         progress = tqdm(total=len(workload), unit="req", desc="arrivals", mininterval=0.5)
-    cluster = Cluster(loop, workload, schedulers, cost, router, log, to_ticks(interval), config.fast_path, progress)
+    cluster = Cluster(env, workload, schedulers, cost, router, log, to_ticks(interval), config.fast_path, progress)
     try:
-        loop.run()
+        env.run()
     except SLOMissed:
         pass
-    end = loop.now
+    log.flush()
+    end = env.now
     replicas = cluster.replicas
     for r in replicas:
         r.close(end)

@@ -3,7 +3,7 @@
     paged.core       pure Python: nothing heavier than the standard library
     paged.workloads  trace readers and workloads (numpy): below the simulator, the engine, the load generator
                      (with paged.metrics_summary and paged.health, which both sides summarise with)
-    sim              the simulator: never the engine or the HTTP layer
+    sim              the simulator (simpy): never the engine or the HTTP layer
     paged.engine     torch: never the simulator or the HTTP layer
     paged.serve      HTTP, above the engine
     kernels          Triton: never the core or the simulator

@@ -122,8 +122,10 @@ class BlockPool:
 
     def _pop_plain(self, k: int) -> list[Block]:
         plain = self._plain
-        blocks = plain[len(plain) - k:][::-1]  # in the order single pops would give
-        del plain[len(plain) - k:]
+        start = len(plain) - k
+        blocks = plain[start:]
+        blocks.reverse()  # in the order single pops would give
+        del plain[start:]
         for b in blocks:
             b.ref_cnt = 1
         self.num_allocations += k

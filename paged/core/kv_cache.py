@@ -276,6 +276,8 @@ class KVCacheManager:
     def end_step(self) -> list[tuple[int, int]]:
         """The step's block copies (source, destination), for the driver; the blocks it still had
         to read become free to use from the next step on."""
+        if not self._cow and not self._cpu_releases:  # most steps
+            return []
         copies = [(old.block_id, new.block_id) for _, _, old, new in self._cow]
         if self._cow:
             self.pool.free([old for _, _, old, _ in self._cow])

@@ -72,7 +72,6 @@ class Scheduler(BaseScheduler):
         kv, dec, policy = self.kv, self.decode, self.policy
         self._now = now
         out = SchedulerOutput([], [], [])
-        victim_key = policy.victim_key
 
         # 1. Decode members crossing into a new block need one; preempt if the pool is empty.
         crossers = dec.crossers()
@@ -91,7 +90,7 @@ class Scheduler(BaseScheduler):
         budget = cfg.max_num_batched_tokens - len(dec.members)
         threshold = self._prefill_cap
         if self.prefilling:
-            for req in sorted(self.prefilling, key=victim_key):
+            for req in sorted(self.prefilling, key=policy.victim_key):
                 if req.status != RequestStatus.RUNNING or budget <= 0:
                     continue
                 n = min(req.num_tokens - req.num_computed_base, budget, threshold)
@@ -142,12 +141,14 @@ class Scheduler(BaseScheduler):
         self._admission_blocked = policy.static_order and (
             blocked == "seqs" or (blocked == "blocks" and not policy.preemptive))
 
-        out.decode_requests = list(dec.members)
-        out.num_decode_tokens = len(dec.members)
+        members = dec.members
+        out.decode_requests = list(members)
+        out.num_decode_tokens = num_decode = len(members)
         out.decode_context_sum = dec.context_sum
         out.blocks_to_copy = kv.end_step()
-        if out.num_seqs:
-            self._count_step(out.num_seqs, out.num_scheduled_tokens)
+        num_seqs = num_decode + len(out.prefill_requests)
+        if num_seqs:
+            self._count_step(num_seqs, num_decode + out.num_prefill_tokens)
         return out
 
     @staticmethod
@@ -415,6 +416,11 @@ class Scheduler(BaseScheduler):
                 return False  # it fits: the next step admits it
         self._admission_blocked = True
         return True
+
+    def arrivals_change_nothing(self) -> bool:
+        """True when the queue's head is blocked for a lasting reason (`_admission_blocked`: it stays
+        blocked until a finish) and the order puts every later arrival behind it."""
+        return self._admission_blocked and self.policy.arrivals_rank_last
 
     def uniform_step_shape(self) -> tuple[int, int]:
         return len(self.decode.members), self.decode.context_sum

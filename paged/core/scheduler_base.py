@@ -84,6 +84,13 @@ class BaseScheduler(ABC):
         """Take k uniform decode steps at once (k <= max_uniform_decode_steps()), with synthetic
         tokens: identical to k rounds of schedule/update. `now` is the end of the last step."""
 
+    def arrivals_change_nothing(self) -> bool:
+        """Whether requests arriving during the next max_uniform_decode_steps() steps would leave
+        them as they are (each would only queue behind a head that cannot be admitted before they
+        end), so that a driver may take them without stopping at each arrival. False unless a
+        scheduler knows better."""
+        return False
+
     # -- hooks for the concrete schedulers ----------------------------------------------------
     @property
     @abstractmethod
