@@ -2,7 +2,8 @@
 # Behaviour unchanged by a refactor? Runs six simulator configurations (one replica and several,
 # four routers, policies, static batching, swap, Mooncake prefixes, the shared-prefix workload)
 # in this checkout and in a temporary worktree of REV, and compares the JSON summaries key by key
-# (wall-clock keys and the fast path's share of steps aside). Usage: scripts/same_results.sh REV   (exit 1 if any differs)
+# (wall-clock keys and the fast path's share of steps aside).
+# Usage: scripts/same_results.sh REV   (exit 1 if any differs)
 set -euo pipefail
 rev=${1:?usage: scripts/same_results.sh REV}
 here=$(git rev-parse --show-toplevel)
