@@ -2,14 +2,20 @@
 
     python -m sim calibrate --profiles profiles/vidur --plot calibration.png
     python -m sim calibrate --profiles profiles/vidur --write   # replace sim/calibration.json (the default model)
+
+The fitter (`sim.calibrate`) is imported when the command runs, not when the parser is built:
+every `python -m sim` command builds this parser.
 """
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from .calibrate import MAX_TOKENS, Report, calibrate
 from .calibrated import CALIBRATION_FILE
+
+if TYPE_CHECKING:
+    from .calibrate import Report
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -25,6 +31,8 @@ def add_parser(sub) -> None:
 
 
 def format_report(r: Report) -> str:
+    from .calibrate import MAX_TOKENS
+
     lines = [f"non-attention time of one layer, 1-{MAX_TOKENS:,} tokens, every TP degree; |predicted - measured| / "
              "measured", f"fitted on: {', '.join(r.calibration.fitted_on)}"]
     if r.skipped:
@@ -66,6 +74,8 @@ def plot_heldout(r: Report, path: str | Path) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from .calibrate import calibrate
+
     report = calibrate(args.profiles)
     print(format_report(report))
     if args.plot:

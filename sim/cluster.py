@@ -4,9 +4,9 @@ The arrival process walks the workload's columns and creates each `paged.Request
 it arrives; its timeouts are URGENT (see `sim.clock`), so that at equal times every replica
 sees the arrival. A request reaches the router and a replica `frontend_latency_s` after its
 arrival (`SimConfig.frontend_latency_s`: the HTTP front end's share): its `arrival_time` is then,
-as an engine's is, and its latencies count from the client's arrival (`RequestLog`). Replicas cut
-their fast-path windows at the next arrival anywhere, which keeps the state a router reads at an
-arrival identical with and without the fast path.
+as an engine's is, and its latencies count from the client's arrival (`RequestLog`). Replicas
+behind a router cut their fast-path windows at the next arrival anywhere, which keeps the state a
+router reads at an arrival identical with and without the fast path.
 """
 from __future__ import annotations
 
@@ -42,8 +42,11 @@ class Cluster:
         self.next_index = 0
         self._params: dict[int, SamplingParams] = {}
         self._has_extra = any(c is not None for c in (workload.priority, workload.business_value, workload.deadline_s))
+        # Windows may run through arrivals that cannot change them, unless a router reads the
+        # replicas' state at arrivals, or an SLO watch may stop the run at one.
+        watched = len(schedulers) > 1 or log.watch is not None
         self.replicas = [Replica(i, env, s, cost, log, TimeSeries(sample_interval_ticks, max_samples),
-                                 self.next_arrival, fast_path) for i, s in enumerate(schedulers)]
+                                 self.next_arrival, fast_path, watched) for i, s in enumerate(schedulers)]
         subscribe = getattr(router, "replica_events", None)  # a router that reads the replicas' KV events
         if subscribe is not None:
             for r in self.replicas:
@@ -52,13 +55,13 @@ class Cluster:
 
     def next_arrival(self) -> int | None:
         i = self.next_index
-        return int(self.arrival_ticks[i]) if i < self.num_requests else None
+        return self.arrival_ticks.item(i) if i < self.num_requests else None
 
     def _arrivals(self):
-        env, ticks = self.env, self.arrival_ticks
+        env, tick = self.env, self.arrival_ticks.item
         every = max(1, self.num_requests // 200)
         for i in range(self.num_requests):
-            t = int(ticks[i])
+            t = tick(i)
             if t > env.now:
                 yield UrgentTimeout(env, t - env.now)
             self.next_index = i + 1
@@ -76,11 +79,11 @@ class Cluster:
                 extra["business_value"] = float(w.business_value[i])
             if w.deadline_s is not None:
                 extra["deadline"] = float(w.deadline_s[i])
-        max_tokens = int(w.num_output_tokens[i])
+        max_tokens = int(w.num_output_tokens.item(i))  # item(): a Python number, without a numpy scalar
         params = self._params.get(max_tokens)
         if params is None:  # shared by all requests of this length: the scheduler only reads them
             params = self._params[max_tokens] = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
-        req = Request(str(i), num_prompt_tokens=int(w.num_prompt_tokens[i]), sampling_params=params,
+        req = Request(str(i), num_prompt_tokens=int(w.num_prompt_tokens.item(i)), sampling_params=params,
                       arrival_time=t / TICKS_PER_S,
                       prefix_hash_ids=w.prefix_ids(i) if w.prefix_index is not None else None,
                       hash_id_block_size=w.hash_id_block_size, **extra)

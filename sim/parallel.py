@@ -6,12 +6,12 @@ finish in (so a parallel sweep is as deterministic as a serial one).
 with each task: cheap next to a simulation), to Ray once through its object store. Ray is
 imported only when asked for: `address=None` starts a local Ray (or uses the one this process
 already started), an address such as "auto" or "ray://head:10001" joins a cluster, whose
-workers must be able to import `paged` and `sim`.
+workers must be able to import `paged` and `sim`. The process pool too is imported only when a
+map runs: `import sim` (every `python -m sim` command) does not pay for multiprocessing.
 """
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
 
 BACKENDS = ("processes", "ray")
 
@@ -35,6 +35,8 @@ def ordered_map(fn: Callable, shared, items: Sequence, *, backend: str = "proces
                 out.append(fn(shared, item))
                 _tick(bar)
             return out
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
         results = [None] * len(items)
         with ProcessPoolExecutor(max_workers=workers) as pool:
             futures = {pool.submit(fn, shared, item): i for i, item in enumerate(items)}

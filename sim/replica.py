@@ -3,7 +3,9 @@ place of the GPU.
 
 The process is tiny: wait until there is work, then repeatedly `begin` a step (the
 scheduler decides, the cost model says how long) and `end` it (the scheduler learns what
-happened) after that much simulated time. No scheduling decision is taken here.
+happened) after that much simulated time. No scheduling decision is taken here. A step that
+ends strictly before simpy's next queued event ends at once (`sim.clock.Environment.advance`),
+without a Timeout: the same order, fewer events.
 
 The fast path. After each step the scheduler says for how many next steps the decode batch
 stays fixed (`max_uniform_decode_steps`: no admission possible, no finish before the last,
@@ -11,6 +13,8 @@ blocks enough). The replica then takes them as one event, cut short so that no r
 arrives before any of them starts (an arrival would be admitted by a real `schedule()`;
 an arrival at exactly a step boundary is seen by that step, see `sim.clock`), and so that
 it ends by the next time-series sample (a sample then always sees the scheduler as it is).
+A lone replica that nothing reads at arrivals skips the first cut when the scheduler says
+arrivals cannot change the window (`arrivals_change_nothing`: they queue behind a blocked head).
 Step times come from `sim.window` in closed form. The result is identical to stepping,
 which the tests check on random workloads and configurations.
 """
@@ -20,11 +24,10 @@ from collections.abc import Callable
 from itertools import accumulate
 
 import numpy as np
-import simpy
 
 from paged.core.scheduler_base import BaseScheduler
 
-from .clock import TICKS_PER_S, to_ticks
+from .clock import TICKS_PER_S, Environment, to_ticks
 from .cost_model import CostModel
 from .itl import LongestStepSince
 from .itl_histogram import add_window_to_histogram, itl_bin
@@ -33,9 +36,9 @@ from .window import envelope, first_reaching, span, step_duration, steps_within
 
 
 class Replica:
-    def __init__(self, index: int, env: simpy.Environment, scheduler: BaseScheduler, cost: CostModel,
+    def __init__(self, index: int, env: Environment, scheduler: BaseScheduler, cost: CostModel,
                  log: RequestLog, timeseries: TimeSeries, next_arrival: Callable[[], int | None],
-                 fast_path: bool = True) -> None:
+                 fast_path: bool = True, watched: bool = True) -> None:
         self.index = index
         self.env = env
         self.scheduler = scheduler
@@ -43,6 +46,9 @@ class Replica:
         self.log = log
         self.timeseries = timeseries
         self.next_arrival = next_arrival  # tick of the next request to arrive anywhere, None after the last
+        # Whether anything reads this replica's state at an arrival (a router choosing among
+        # replicas, an SLO watch that may stop the run there): then windows stop at arrivals.
+        self.watched = watched
         self.fast_path = fast_path
         self.pool = scheduler.kv.pool
         self.block_size = scheduler.block_size
@@ -77,7 +83,11 @@ class Replica:
                 self._sample(env.now)
             delay = self._begin(env.now)
             while delay is not None:
-                yield env.timeout(delay)
+                end = env.now + delay
+                if end < env.peek():  # nothing else happens before the step ends
+                    env.advance(end)
+                else:
+                    yield env.timeout(delay)
                 self._end(env.now)
                 delay = self._begin(env.now)
 
@@ -141,7 +151,7 @@ class Replica:
             segs = envelope(lines)
             # Every step must start before the next arrival, and the window must end by the next
             # sample, so that a sample never has to see the middle of a window.
-            nxt = self.next_arrival()
+            nxt = None if not self.watched and sched.arrivals_change_nothing() else self.next_arrival()
             n = k if nxt is None else first_reaching(segs, nxt - now, k)
             d = span(segs, n)
             budget = self.timeseries.next_tick - now

@@ -8,7 +8,6 @@ import warnings
 from dataclasses import replace
 
 import numpy as np
-import simpy
 
 from paged.core.config import CacheConfig, SchedulerConfig
 from paged.core.policies import Priority
@@ -17,7 +16,7 @@ from paged.core.scheduler import Scheduler
 from paged.core.static_batching import StaticBatchScheduler
 from paged.workloads.workload import Workload
 
-from .clock import TICKS_PER_S, to_ticks
+from .clock import TICKS_PER_S, Environment, to_ticks
 from .cluster import Cluster
 from .compressed_swap import DEFAULT_PROFILE, SwapProfile, with_compressed_swap
 from .cost_model import CostModel, RooflineParams, roofline_cost_model
@@ -143,7 +142,7 @@ def simulate(workload: Workload, config: SimConfig | None = None, *, stop_on_mis
     capacity_ids = cache.num_gpu_slots // workload.hash_id_block_size or 1
     router = make_router(config.router, config.replicas, capacity_ids, config.block_size, workload.hash_id_block_size,
                          config.max_num_seqs)
-    env = simpy.Environment()
+    env = Environment()
     frontend_latency_ticks = to_ticks(config.frontend_latency_s)
     log = RequestLog(len(workload), config.record_itl, frontend_latency_ticks)
     if stop_on_miss is not None:
@@ -159,6 +158,7 @@ def simulate(workload: Workload, config: SimConfig | None = None, *, stop_on_mis
         env.run()
     except SLOMissed:
         pass
+    log.flush()
     end = env.now
     replicas = cluster.replicas
     for r in replicas:

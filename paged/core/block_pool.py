@@ -67,6 +67,11 @@ class BlockPool:
         return len(self._plain) + len(self._lru)
 
     @property
+    def num_plain_free_blocks(self) -> int:
+        """Free blocks that hold nothing reusable: handed out before any cached block is evicted."""
+        return len(self._plain)
+
+    @property
     def num_used_blocks(self) -> int:
         return self.num_blocks - self.num_free_blocks
 
@@ -105,13 +110,25 @@ class BlockPool:
         if n > len(plain) + len(self._lru):
             raise RuntimeError(f"allocate_n({n}) with only {self.num_free_blocks} free blocks")
         k = min(n, len(plain))
-        blocks = plain[len(plain) - k:][::-1]  # in the order single pops would give
-        del plain[len(plain) - k:]
+        blocks = self._pop_plain(k)
+        if k < n:
+            blocks += self._evict(n - k)
+        return blocks
+
+    def allocate_plain(self, n: int) -> list[Block] | None:
+        """n blocks as n `allocate` calls would hand them out, if the plain stack holds n (no
+        eviction among them); else None, changing nothing."""
+        return self._pop_plain(n) if n <= len(self._plain) else None
+
+    def _pop_plain(self, k: int) -> list[Block]:
+        plain = self._plain
+        start = len(plain) - k
+        blocks = plain[start:]
+        blocks.reverse()  # in the order single pops would give
+        del plain[start:]
         for b in blocks:
             b.ref_cnt = 1
         self.num_allocations += k
-        if k < n:
-            blocks += self._evict(n - k)
         return blocks
 
     def _evict(self, n: int) -> list[Block]:

@@ -90,16 +90,23 @@ class KVCacheManager:
         If the first token to be written lands in a partly filled block that another request
         also holds (after a fork), that block is copied first (copy-on-write).
         """
+        return not self.try_allocate_slots(request, num_new_tokens, computed_blocks, reserve)
+
+    def try_allocate_slots(self, request: Request, num_new_tokens: int, computed_blocks: list[Block] = (),
+                           reserve: int = 0) -> int:
+        """`allocate_slots`, saying what it lacks: 0 when done, else how many more free blocks it
+        would need (changing nothing), so that a failed admission is planned once, not twice."""
         rid = request.request_id
-        num_new_blocks, cow, from_free = self._plan(request, num_new_tokens, computed_blocks)
-        if from_free + reserve > self.pool.num_free_blocks:
-            return False
         table = self.tables.get(rid)
+        num_new_blocks, cow, from_free = self._plan(request, table, num_new_tokens, computed_blocks)
+        pool = self.pool
+        short = from_free + reserve - pool.num_free_blocks
+        if short > 0:
+            return short
         if table is None:
             table = self.tables[rid] = BlockTable(self.block_size)
         bs = self.block_size
         start = request.num_computed_tokens + len(computed_blocks) * bs
-        pool = self.pool
         if computed_blocks:
             pool.touch(computed_blocks)
             table.extend(computed_blocks)
@@ -113,29 +120,36 @@ class KVCacheManager:
         if num_new_blocks:
             table.extend(pool.allocate_n(num_new_blocks))
         self.num_table_slots += (len(computed_blocks) + num_new_blocks) * bs
-        return True
+        return 0
 
-    def _plan(self, request: Request, num_new_tokens: int, computed_blocks) -> tuple[int, bool, int]:
-        """For an allocation: (new blocks, whether the first block written must be copied first,
-        blocks taken from the free lists, cached hits on free blocks included)."""
+    def free_blocks_needed(self, request: Request, num_new_tokens: int, computed_blocks: list[Block] = ()) -> int:
+        """The free blocks `allocate_slots` would take now (it allocates nothing)."""
+        return self._plan(request, self.tables.get(request.request_id), num_new_tokens, computed_blocks)[2]
+
+    def _plan(self, request: Request, table: BlockTable | None, num_new_tokens: int,
+              computed_blocks) -> tuple[int, bool, int]:
+        """For an allocation to the request's `table`: (new blocks, whether the first block written
+        must be copied first, blocks taken from the free lists, cached hits on free blocks included)."""
         bs = self.block_size
-        table = self.tables.get(request.request_id)
         start = request.num_computed_tokens + len(computed_blocks) * bs
-        have = (len(table) if table is not None else 0) + len(computed_blocks)
         # A partly filled block being written lives in the table (prefix hits are whole blocks).
         # References held only for copies in flight do not count: copies run before the forward.
-        if table is not None and start % bs != 0:
-            b = table.blocks[start // bs]
-            cow = b.ref_cnt - self._pins.get(b.block_id, 0) > 1
+        if table is None:
+            have, cow = len(computed_blocks), False
         else:
-            cow = False
-        num_new_blocks = max(0, -(-(start + num_new_tokens) // bs) - have)
-        return num_new_blocks, cow, num_new_blocks + cow + sum(b.ref_cnt == 0 for b in computed_blocks)
-
-    def blocks_short(self, request: Request, num_new_tokens: int, computed_blocks: list[Block] = (),
-                     reserve: int = 0) -> int:
-        """How many more free blocks `allocate_slots` would need (0: it fits)."""
-        return max(0, self._plan(request, num_new_tokens, computed_blocks)[2] + reserve - self.pool.num_free_blocks)
+            have = len(table.blocks) + len(computed_blocks)
+            if start % bs:
+                b = table.blocks[start // bs]
+                cow = b.ref_cnt - self._pins.get(b.block_id, 0) > 1
+            else:
+                cow = False
+        num_new_blocks = -(-(start + num_new_tokens) // bs) - have
+        if num_new_blocks < 0:
+            num_new_blocks = 0
+        from_free = num_new_blocks + cow
+        if computed_blocks:
+            from_free += sum(b.ref_cnt == 0 for b in computed_blocks)
+        return num_new_blocks, cow, from_free
 
     def num_exclusive_blocks(self, request: Request) -> int:
         """Device blocks only this request holds: what preempting it frees."""
@@ -149,6 +163,19 @@ class KVCacheManager:
             return False
         self.tables[request.request_id].append(block)
         self.num_table_slots += self.block_size
+        return True
+
+    def append_blocks(self, requests) -> bool:
+        """`append_block` for each of `requests` in turn, in one go; False, changing nothing, when
+        the plain free blocks do not cover them all (an eviction, or an empty pool, is then met
+        one block at a time by the caller)."""
+        blocks = self.pool.allocate_plain(len(requests))
+        if blocks is None:
+            return False
+        tables = self.tables
+        for req, block in zip(requests, blocks):
+            tables[req.request_id].blocks.append(block)
+        self.num_table_slots += len(blocks) * self.block_size
         return True
 
     def undo_copy_on_write(self, request: Request) -> None:
@@ -249,6 +276,8 @@ class KVCacheManager:
     def end_step(self) -> list[tuple[int, int]]:
         """The step's block copies (source, destination), for the driver; the blocks it still had
         to read become free to use from the next step on."""
+        if not self._cow and not self._cpu_releases:  # most steps
+            return []
         copies = [(old.block_id, new.block_id) for _, _, old, new in self._cow]
         if self._cow:
             self.pool.free([old for _, _, old, _ in self._cow])

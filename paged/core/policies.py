@@ -3,19 +3,27 @@ is served first) and `victim_key(request)` picks whom to preempt (highest goes f
 
 `static_order` promises that keys do not change while requests wait, so the scheduler can keep
 the waiting queue in a heap, and the simulator's fast path can rely on a blocked head staying
-blocked. `preemptive` lets a waiting request preempt running work of lower priority.
+blocked; `arrivals_rank_last` promises more, that a request arriving later ranks after every
+request already there (first come, first served). `preemptive` lets a waiting request preempt
+running work of lower priority.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import attrgetter
 
 from .request import Request
+
+# (arrival_time, seq), computed in C: victim keys are read for every running request when one is
+# picked, which a full pool does at many steps.
+_ARRIVAL_ORDER = attrgetter("arrival_time", "seq")
 
 
 @dataclass(slots=True)
 class Policy:
     name = "base"
     static_order = True
+    arrivals_rank_last = False
     preemptive: bool = False
 
     def key(self, request: Request, kv=None) -> tuple:
@@ -34,6 +42,8 @@ class FCFS(Policy):
     """First come, first served: the oldest request first; the newest is preempted first."""
 
     name = "fcfs"
+    arrivals_rank_last = True
+    victim_key = staticmethod(_ARRIVAL_ORDER)
 
     def key(self, request, kv=None):
         return (request.arrival_time, request.seq)
@@ -100,8 +110,7 @@ class LPM(Policy):
         hit = kv.get_computed_blocks(request)[1] if kv is not None else 0
         return (-hit, request.arrival_time, request.seq)
 
-    def victim_key(self, request):
-        return (request.arrival_time, request.seq)
+    victim_key = staticmethod(_ARRIVAL_ORDER)
 
     def order(self, requests, kv=None):
         if len(requests) > self.max_queue:

@@ -16,6 +16,8 @@ steps at once, with the same result as k single steps.
 """
 from __future__ import annotations
 
+from itertools import chain
+
 from .config import CacheConfig, SchedulerConfig
 from .decode_batch import DecodeBatch
 from .request import Request, RequestStatus
@@ -31,6 +33,11 @@ class Scheduler(BaseScheduler):
         self.prefilling: dict[Request, None] = {}  # running requests scheduled one by one
         self.swapped = RequestQueue(self.policy, RequestStatus.SWAPPED, self.kv)
         self._admission_blocked = False  # the last admission attempt failed for a lasting reason
+        # Tokens one prompt may schedule in a step: the per-prompt cap only splits prompts when
+        # chunking is on; without it prompts go whole.
+        cfg = scheduler_config
+        self._prefill_cap = ((cfg.long_prefill_token_threshold if cfg.enable_chunked_prefill else 0)
+                             or cfg.max_num_batched_tokens)
         self._now = 0.0  # the time of the step being scheduled
 
     @property
@@ -39,6 +46,13 @@ class Scheduler(BaseScheduler):
 
     def _changed(self) -> None:
         self._admission_blocked = False
+
+    def _queued(self, req: Request) -> None:
+        """An arrival that queues behind a head blocked for a lasting reason leaves it blocked: under
+        a static order the head stays ahead of it, and what the head lacks (sequences, blocks) does
+        not depend on who waits behind it. So the fast path keeps going across such arrivals."""
+        if self._admission_blocked and self._next_queued() is req:
+            self._admission_blocked = False
 
     def _remove(self, req: Request) -> None:
         st = req.status
@@ -58,11 +72,10 @@ class Scheduler(BaseScheduler):
         kv, dec, policy = self.kv, self.decode, self.policy
         self._now = now
         out = SchedulerOutput([], [], [])
-        victim_key = policy.victim_key
 
         # 1. Decode members crossing into a new block need one; preempt if the pool is empty.
         crossers = dec.crossers()
-        if crossers:
+        if crossers and not kv.append_blocks(crossers):
             for req in list(crossers):
                 if req.decode_batch is not dec:
                     continue  # preempted above to make room
@@ -75,11 +88,9 @@ class Scheduler(BaseScheduler):
         # 2. Running prefills (chunks, recomputes, first steps after a fork), by priority.
         cfg = self.config
         budget = cfg.max_num_batched_tokens - len(dec.members)
-        # The per-prompt cap only splits prompts when chunking is on; without it prompts go whole.
-        threshold = ((cfg.long_prefill_token_threshold if cfg.enable_chunked_prefill else 0)
-                     or cfg.max_num_batched_tokens)
+        threshold = self._prefill_cap
         if self.prefilling:
-            for req in sorted(self.prefilling, key=victim_key):
+            for req in sorted(self.prefilling, key=policy.victim_key):
                 if req.status != RequestStatus.RUNNING or budget <= 0:
                     continue
                 n = min(req.num_tokens - req.num_computed_base, budget, threshold)
@@ -99,8 +110,9 @@ class Scheduler(BaseScheduler):
         # static order); "budget" may clear at the next step.
         blocked = None
         reserved = self._num_seqs_reserved()
-        self.waiting.step_begins()
-        self.swapped.step_begins()
+        if not policy.static_order:
+            self.waiting.step_begins()
+            self.swapped.step_begins()
         while budget > 0:
             req = self._next_queued()
             if req is None or req in out.preempted:
@@ -129,12 +141,14 @@ class Scheduler(BaseScheduler):
         self._admission_blocked = policy.static_order and (
             blocked == "seqs" or (blocked == "blocks" and not policy.preemptive))
 
-        out.decode_requests = list(dec.members)
-        out.num_decode_tokens = len(dec.members)
+        members = dec.members
+        out.decode_requests = list(members)
+        out.num_decode_tokens = num_decode = len(members)
         out.decode_context_sum = dec.context_sum
         out.blocks_to_copy = kv.end_step()
-        if out.num_seqs:
-            self._count_step(out.num_seqs, out.num_scheduled_tokens)
+        num_seqs = num_decode + len(out.prefill_requests)
+        if num_seqs:
+            self._count_step(num_seqs, num_decode + out.num_prefill_tokens)
         return out
 
     @staticmethod
@@ -144,11 +158,13 @@ class Scheduler(BaseScheduler):
 
     def _num_seqs_reserved(self) -> int:
         """Running sequences, counting the children that running parents will fork into."""
-        return len(self.decode.members) + sum(self._seqs_of(r) for r in self.prefilling)
+        n = len(self.decode.members)
+        return n + sum(self._seqs_of(r) for r in self.prefilling) if self.prefilling else n
 
     def _next_queued(self) -> Request | None:
         """The better of the swapped head and the waiting head, by the policy's order."""
-        w, sw = self.waiting.peek(), self.swapped.peek()
+        w = self.waiting.peek()
+        sw = self.swapped.peek() if self.swapped else None
         if sw is None or w is None:
             return w if sw is None else sw
         key = self.policy.key
@@ -183,8 +199,9 @@ class Scheduler(BaseScheduler):
         if n < n_new and not self.config.enable_chunked_prefill:
             return "budget", 0
         reserve = self.cache_config.watermark_blocks if self.num_running else 0
-        if not kv.allocate_slots(req, n, hits, reserve):
-            return "blocks", kv.blocks_short(req, n, hits, reserve)
+        short = kv.try_allocate_slots(req, n, hits, reserve)
+        if short:
+            return "blocks", short
         self.waiting.pop()
         req.status = RequestStatus.RUNNING
         req.num_computed_base = num_hit
@@ -204,8 +221,7 @@ class Scheduler(BaseScheduler):
         out.prefill_attention_pairs += n * req.num_computed_base + n * (n + 1) // 2
 
     def running_requests(self):
-        yield from self.decode.members
-        yield from self.prefilling
+        return chain(self.decode.members, self.prefilling)
 
     def _pick_victim(self, lower_than: Request | None = None) -> Request | None:
         """The running request the policy values least; with `lower_than`, only if it ranks
@@ -362,14 +378,49 @@ class Scheduler(BaseScheduler):
         """How many next steps are pure decode with nothing changing: no prefill, no possible
         admission, no finish before the last of them, blocks enough for every boundary crossed.
         0 when the next step is not such a step. Valid between `update_from_output` and the
-        next `schedule`, when no request was added or aborted since the last `schedule`."""
+        next `schedule`, when no request was aborted since the last `schedule` (arrivals are
+        accounted for: one that would be admitted first clears `_admission_blocked`)."""
         dec = self.decode
         if self.prefilling or not dec.members:
             return 0
-        if (self.waiting or self.swapped) and not self._admission_blocked:
+        if (self.waiting or self.swapped) and not self._admission_blocked and not self._head_stays_blocked():
             return 0
         k = dec.steps_to_next_finish()
         return dec.steps_with_blocks(self.kv.num_free_blocks, k)
+
+    def _head_stays_blocked(self) -> bool:
+        """Whether the next step, if pure decode, finds the queue's head blocked for a lasting reason,
+        as `schedule` would conclude (then `_admission_blocked` is set): worked out without the
+        step, so that a finish that frees too little for the head does not cost a full `schedule`.
+        Only where that is exact: a static, non-preemptive order, and this step's decode members'
+        new blocks off the plain free stack (no eviction to change the head's prefix hits)."""
+        policy, dec, kv, cfg = self.policy, self.decode, self.kv, self.config
+        budget = cfg.max_num_batched_tokens - len(dec.members)
+        crossing = len(dec.crossers())
+        if not policy.static_order or policy.preemptive or budget <= 0 or crossing > kv.pool.num_plain_free_blocks:
+            return False
+        head = self._next_queued()
+        if head is None:
+            return False
+        if len(dec.members) + self._seqs_of(head) <= cfg.max_num_seqs:  # else short of sequences
+            if head.status == RequestStatus.SWAPPED:
+                need = kv.num_swapped_blocks(head)
+            else:
+                hits, num_hit = kv.get_computed_blocks(head)
+                n_new = head.num_tokens - num_hit
+                n = min(n_new, budget, self._prefill_cap)
+                if n < n_new and not cfg.enable_chunked_prefill:
+                    return False  # short of budget: that may clear at the next step
+                need = kv.free_blocks_needed(head, n, hits)
+            if need + self.cache_config.watermark_blocks <= kv.num_free_blocks - crossing:
+                return False  # it fits: the next step admits it
+        self._admission_blocked = True
+        return True
+
+    def arrivals_change_nothing(self) -> bool:
+        """True when the queue's head is blocked for a lasting reason (`_admission_blocked`: it stays
+        blocked until a finish) and the order puts every later arrival behind it."""
+        return self._admission_blocked and self.policy.arrivals_rank_last
 
     def uniform_step_shape(self) -> tuple[int, int]:
         return len(self.decode.members), self.decode.context_sum
@@ -384,12 +435,13 @@ class Scheduler(BaseScheduler):
         dec = self.decode
         if dec.steps_to_next_finish() < k:
             raise ValueError(f"advance_decode_steps({k}): a request finishes before the last step")
-        append_block, buckets, bs, clock = self.kv.append_block, dec.buckets, self.block_size, dec.clock
+        kv, buckets, bs, clock = self.kv, dec.buckets, self.block_size, dec.clock
         n = len(dec.members)
-        for j in range(k):
-            for req in buckets[(clock + j) % bs]:
-                if not append_block(req):
-                    raise ValueError(f"advance_decode_steps({k}): the pool ran out of blocks at step {j}")
+        if not kv.append_blocks([req for j in range(k) for req in buckets[(clock + j) % bs]]):
+            for j in range(k):  # one by one: evictions, or a pool that runs out (k was too many)
+                for req in buckets[(clock + j) % bs]:
+                    if not kv.append_block(req):
+                        raise ValueError(f"advance_decode_steps({k}): the pool ran out of blocks at step {j}")
         finished = dec.advance(k)
         for req in finished:
             self._finish(req, RequestStatus.FINISHED_LENGTH, now)

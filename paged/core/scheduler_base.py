@@ -90,6 +90,13 @@ class BaseScheduler(ABC):
         """Take k uniform decode steps at once (k <= max_uniform_decode_steps()), with synthetic
         tokens: identical to k rounds of schedule/update. `now` is the end of the last step."""
 
+    def arrivals_change_nothing(self) -> bool:
+        """Whether requests arriving during the next max_uniform_decode_steps() steps would leave
+        them as they are (each would only queue behind a head that cannot be admitted before they
+        end), so that a driver may take them without stopping at each arrival. False unless a
+        scheduler knows better."""
+        return False
+
     # -- hooks for the concrete schedulers ----------------------------------------------------
     @property
     @abstractmethod
@@ -107,6 +114,11 @@ class BaseScheduler(ABC):
         """A request arrived or left: whatever the scheduler concluded about admission is stale.
         Nothing to do by default (static batching concludes nothing between batches)."""
         return None
+
+    def _queued(self, request: Request) -> None:
+        """A request joined the waiting queue: by default, as any change, it makes stale what the
+        scheduler concluded about admission."""
+        self._changed()
 
     def _reject_reason(self, request: Request) -> str | None:
         p = request.num_prompt_tokens
@@ -142,7 +154,7 @@ class BaseScheduler(ABC):
             return
         self.requests[request.request_id] = request
         self.waiting.push(request)
-        self._changed()
+        self._queued(request)
 
     def abort(self, request_id: str, now: float | None = None) -> Request | None:
         """Stop a request in any state and release all its blocks."""

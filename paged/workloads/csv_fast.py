@@ -55,6 +55,61 @@ def _lengths(values: list[str], max_length: int) -> np.ndarray | None:
 
 def _azure_seconds(values: list[str]) -> np.ndarray | None:
     """Seconds after the first time, as pandas computes them (see the module doc)."""
+    t = _fixed_layout_ns(values)
+    if t is None:
+        t = _row_by_row_ns(values)
+        if t is None:
+            return None
+    if (np.diff(t) < 0).any():
+        return None
+    whole, residual = np.divmod(t, _NS)
+    return whole + residual / _NS
+
+
+_DIGITS = np.array([0, 1, 2, 3, 5, 6, 8, 9, 11, 12, 14, 15, 17, 18])  # YYYY MM DD hh mm ss
+_MAX_SPAN_DAYS = 100_000  # nanoseconds since the first time fit int64 well within this
+
+
+def _fixed_layout_ns(values: list[str]) -> np.ndarray | None:
+    """`_row_by_row_ns` for times that all have one layout and length (a trace written by one
+    program), column by column in numpy; None when they do not (the row-by-row path decides)."""
+    n = len(values[0])
+    if not (n == 19 or 21 <= n <= 29):  # no fraction, or '.' and 1 to 9 digits
+        return None
+    try:
+        raw = np.array(values, dtype=f"S{n + 1}")
+    except UnicodeEncodeError:
+        return None
+    a = raw.view(np.uint8).reshape(len(values), n + 1)  # a shorter value ends in zero bytes
+    if a[:, n].any():  # a longer one
+        return None
+    frac_cols = np.arange(20, n)
+    d = a[:, np.concatenate([_DIGITS, frac_cols])].astype(np.int64) - ord("0")
+    seps = a[:, [4, 7, 13, 16]] == np.frombuffer(b"--::", dtype=np.uint8)
+    if not ((0 <= d) & (d <= 9)).all() or not seps.all() or not np.isin(a[:, 10], (ord(" "), ord("T"))).all() \
+            or (n > 19 and not (a[:, 19] == ord(".")).all()):
+        return None
+    ymd = d[:, :8] @ 10 ** np.arange(7, -1, -1)  # YYYYMMDD
+    h, mi, s = (d[:, i] * 10 + d[:, i + 1] for i in (8, 10, 12))
+    if (h > 23).any() or (mi > 59).any() or (s > 59).any():
+        return None
+    days, where = np.unique(ymd, return_inverse=True)
+    try:
+        ordinals = np.array([date(int(v) // 10000, int(v) // 100 % 100, int(v) % 100).toordinal() for v in days])
+    except ValueError:
+        return None
+    day = ordinals[where.reshape(-1)] - ordinals[where.reshape(-1)[0]]
+    if np.abs(day).max() > _MAX_SPAN_DAYS:
+        return None
+    frac = np.zeros(len(values), dtype=np.int64)
+    for j in range(len(frac_cols)):  # the fraction's digits, scaled as ljust(9, "0") scales them
+        frac += d[:, 14 + j] * 10 ** (8 - j)
+    ns = (((day * 24 + h) * 60 + mi) * 60 + s) * _NS + frac
+    return ns - ns[0]
+
+
+def _row_by_row_ns(values: list[str]) -> np.ndarray | None:
+    """Nanoseconds after the first time, row by row: any layout the module doc allows."""
     days: dict[str, int] = {}
     ns = []
     for v in values:
@@ -74,8 +129,4 @@ def _azure_seconds(values: list[str]) -> np.ndarray | None:
     first = ns[0]
     if ns[-1] - first >= 2**63:
         return None
-    t = np.array([x - first for x in ns], dtype=np.int64)
-    if (np.diff(t) < 0).any():
-        return None
-    whole, residual = np.divmod(t, _NS)
-    return whole + residual / _NS
+    return np.array([x - first for x in ns], dtype=np.int64)

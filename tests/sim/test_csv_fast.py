@@ -1,9 +1,13 @@
 """The pandas-free reader of plain CSV traces gives pandas' columns bit for bit, and leaves anything
 irregular to the pandas path (whose errors name the line and the value)."""
+from datetime import datetime
+
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from paged.workloads.csv_fast import read_plain_csv
+from paged.workloads.csv_fast import _fixed_layout_ns, _row_by_row_ns, read_plain_csv
 from paged.workloads.traces import MAX_LENGTH, TraceError, _read_csv, read_trace
 
 
@@ -32,3 +36,20 @@ def test_irregular_files_go_to_pandas(tmp_path):
     p.write_text("\n".join(rows[:2] + ["2023-11-16 18:15:50,0,109"]) + "\n")
     with pytest.raises(TraceError, match=r"line 3: ContextTokens='0': expected a whole number"):
         read_trace(p)
+
+
+@given(st.lists(st.tuples(st.datetimes(datetime(2000, 1, 1), datetime(2030, 12, 31)), st.integers(0, 9),
+                          st.sampled_from(" T")), min_size=1, max_size=30),
+       st.integers(0, 9))
+def test_column_wise_times_equal_row_by_row(times, digits):
+    """Times of one layout are read column by column; times of mixed layouts (some with fewer
+    fraction digits, another separator) fall back to the row-by-row reading, never to another answer."""
+    values = []
+    for t, own_digits, sep in times:
+        frac = f"{t.microsecond:06d}{t.microsecond % 997:03d}"[:digits if own_digits else own_digits]
+        values.append(t.strftime(f"%Y-%m-%d{sep}%H:%M:%S") + (f".{frac}" if frac else ""))
+    fast, rows = _fixed_layout_ns(values), _row_by_row_ns(values)
+    if fast is not None:
+        assert rows is not None and fast.dtype == rows.dtype and np.array_equal(fast, rows)
+    else:  # valid times of one length: the column-wise reading takes them
+        assert len({len(v) for v in values}) > 1
