@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .calibrate import MAX_TOKENS, Report, calibrate
+from .calibrate import GOALS, MAX_TOKENS, Report, calibrate
 from .calibrated import CALIBRATION_FILE
 
 REPO = Path(__file__).resolve().parent.parent
@@ -32,15 +32,21 @@ def format_report(r: Report) -> str:
     lines += ["", "GEMM constants per GPU:"]
     for gpu, g in r.calibration.gemm.items():
         lines.append(f"  {gpu:<10} compute {g.compute_efficiency:.0%} of peak, bandwidth {g.bandwidth_efficiency:.0%}, "
-                     f"latency {g.latency_s * 1e6:.1f} us, p {g.sharpness:.2f}")
+                     f"latency {g.latency_s * 1e6:.1f} us, exposed {g.exposed:.0%}")
     lines.append("elementwise operators (all GPUs):")
     for op, e in r.calibration.elementwise.items():
-        lines.append(f"  {op:<25} floor {e.floor_s * 1e6:.1f} us, {e.bytes_per_element:.2f} bytes per element")
+        lines.append(f"  {op:<25} floor {e.floor_s * 1e6:.1f} us, {e.bytes_per_element:.2f} bytes per element, "
+                     f"at least {e.rows_per_sm:.2f} rows per SM")
     lines += ["", f"in-sample                      {r.in_sample}"]
     lines += [f"leave GPU out: {g:<16} {s}" for g, s in r.leave_one_gpu_out.items()]
     lines += [f"leave model out: {m:<14} {s}" for m, s in r.leave_one_architecture_out.items()]
     lines += [f"held out, all                  {r.heldout}",
               f"measured profile, interpolated {r.interpolation}  (every other profiled size held out)"]
+    goals = ", ".join(f"{k} <= {v:.0%}" for k, v in GOALS.items())
+    sets = {**{f"GPU {g}": s for g, s in r.leave_one_gpu_out.items()},
+            **{f"model {m}": s for m, s in r.leave_one_architecture_out.items()}}
+    missed = [f"{name} ({'; '.join(s.misses())})" for name, s in sets.items() if s.misses()]
+    lines.append(f"goals on each held-out set ({goals}): " + (f"missed by {', '.join(missed)}" if missed else "met"))
     return "\n".join(lines)
 
 
