@@ -2,14 +2,10 @@
 what they never saw (`python -m sim calibrate --profiles profiles/vidur`).
 
 Fitted on every profile under the folder, 1 to `MAX_TOKENS` tokens, every tensor-parallel degree:
-- the elementwise operators' floor, bytes per element and rows per SM (shared by all GPUs): for each
-  operator and each rows per SM on a grid, floor and bytes by least squares of the relative error
-  over all its rows (the model is linear in both); the best of the grid;
-- per GPU, the GEMM constants in two steps, so that each is fitted where it shows: latency and
-  bandwidth efficiency from the memory-bound shapes (at most `MEMORY_BOUND_TOKENS` tokens; least
-  squares of the relative error, the model is linear in both there), then compute efficiency and
-  the exposed fraction by Nelder-Mead on the squared log error of the four GEMMs' time summed, per
-  profiled shape, over all token counts.
+- the elementwise operators' floor and bytes per element (shared by all GPUs): for each operator,
+  least squares of the relative error over all its rows (the model is linear in both);
+- per GPU, the GEMM constants: Nelder-Mead on the squared log error of the four GEMMs' time summed,
+  per profiled shape.
 
 The error reported is that of the whole layer's non-attention time (the sum of the operators, what a
 step costs), |predicted - measured| / measured per profiled (GPU, model, TP, tokens). Held out:
@@ -112,11 +108,15 @@ def nelder_mead(f, x0: np.ndarray, steps: float = 0.3, iterations: int = 600) ->
     return simplex[int(np.argmin(values))]
 
 
-MEMORY_BOUND_TOKENS = 16  # at most this many tokens, a GEMM streams its weights and computes next to nothing
+def _gemm_constants(x: np.ndarray) -> GemmConstants:
+    """From the search's unconstrained coordinates: efficiencies in (0, 1), latency > 0, p > 1."""
+    ec, eb, lat, p = x
+    return GemmConstants(float(1 / (1 + np.exp(-ec))), float(1 / (1 + np.exp(-eb))), float(np.exp(lat) * 1e-6),
+                         float(1 + np.exp(p)))
 
 
 def fit_gemm(datasets: list[Dataset]) -> GemmConstants:
-    """One GPU's GEMM constants from its profiles, in two steps (see the module doc)."""
+    """One GPU's GEMM constants from its profiles (see the module doc)."""
     hw = get_hardware(datasets[0].hardware)
     cases, totals = [], []  # (tokens, n, k, row) per GEMM per TP degree per profile; each row's measured sum
     for d in datasets:
@@ -127,49 +127,27 @@ def fit_gemm(datasets: list[Dataset]) -> GemmConstants:
             totals.append(sum(ops[op] for op in GEMM_OPS))
     n, nn, kk, row = (np.concatenate(c) for c in zip(*cases, strict=True))
     t = np.concatenate(totals)
-    # 1. latency and bandwidth from the memory-bound rows: time = kernels x latency + bytes / bandwidth
-    kernels = np.bincount(row, minlength=len(t)).astype(np.float64)
-    seconds_at_peak = np.bincount(row, weights=2.0 * (nn * kk + n * (nn + kk)) / hw.memory_bandwidth, minlength=len(t))
-    small = np.bincount(row, weights=n, minlength=len(t)) / kernels <= MEMORY_BOUND_TOKENS
-    latency, per_byte = relative_nnls(np.column_stack([kernels[small], seconds_at_peak[small]]), t[small])
-    bandwidth = float(min(1.0, 1.0 / max(per_byte, 1e-9)))
 
-    def constants(x):  # compute efficiency and exposed fraction, each in (0, 1)
-        ec, ex = 1 / (1 + np.exp(-x))
-        return GemmConstants(float(ec), bandwidth, float(latency), float(ex))
-
-    def loss(x):  # 2. the error that matters: of the four GEMMs' sum per profiled shape
-        predicted = np.bincount(row, weights=gemm_seconds(n, nn, kk, hw, constants(x)), minlength=len(t))
+    def loss(x):  # the error that matters: of the four GEMMs' sum per profiled shape
+        predicted = np.bincount(row, weights=gemm_seconds(n, nn, kk, hw, _gemm_constants(x)), minlength=len(t))
         return float(np.sum(np.log(predicted / t) ** 2))
 
-    return constants(nelder_mead(loss, np.array([0.5, 0.0])))
-
-
-ROWS_PER_SM = np.concatenate([[0.0], np.geomspace(0.05, 8, 60)])  # the search's grid
+    return _gemm_constants(nelder_mead(loss, np.array([0.5, 1.0, 1.0, 0.0])))
 
 
 def fit_elementwise(datasets: list[Dataset]) -> dict[str, ElementwiseConstants]:
-    """Each memory-bound operator's constants, from all profiles at once: for each rows per SM on a
-    grid, floor and bytes per element by least squares of the relative error (linear in both); the
-    best of the grid."""
+    """Each memory-bound operator's floor and bytes per element, from all profiles at once."""
     out = {}
     for op in ELEMENTWISE_OPS:
-        ns, ws, ts = [], [], []  # tokens; width x SMs / bandwidth; SMs; measured
+        xs, ts = [], []
         for d in datasets:
-            hw = get_hardware(d.hardware)
+            bw = get_hardware(d.hardware).memory_bandwidth
             for tp, n, ops in d.rows():
-                ns.append(np.column_stack([n, np.full_like(n, hw.num_sms)]))
-                ws.append(np.full_like(n, elementwise_widths(get_model(d.model), tp)[op] / hw.memory_bandwidth))
+                xs.append(n * elementwise_widths(get_model(d.model), tp)[op] / bw)
                 ts.append(ops[op])
-        (n, sms), w, t = np.concatenate(ns).T, np.concatenate(ws), np.concatenate(ts)
-        best = None
-        for r in ROWS_PER_SM:
-            x = np.maximum(n, r * sms) * w
-            floor, per = relative_nnls(np.column_stack([np.ones_like(x), x]), t)
-            loss = float(np.sum(((floor + per * x) / t - 1) ** 2))
-            if best is None or loss < best[0]:
-                best = (loss, ElementwiseConstants(float(floor), float(per), float(r)))
-        out[op] = best[1]
+        x = np.concatenate(xs)
+        floor, per = relative_nnls(np.column_stack([np.ones_like(x), x]), np.concatenate(ts))
+        out[op] = ElementwiseConstants(float(floor), float(per))
     return out
 
 
@@ -219,7 +197,7 @@ class ErrorStats:
         return cls(float(np.median(a)), float(np.percentile(a, 90)), float(a.max()), len(a))
 
     def misses(self, goals: dict[str, float] = GOALS) -> list[str]:
-        """The goals (`GOALS`) these errors miss, as "worst 30.8% > 25%"."""
+        """The goals (`GOALS`) these errors miss, as "worst 29.6% > 25%"."""
         return [f"{k} {getattr(self, k):.1%} > {v:.0%}" for k, v in goals.items() if getattr(self, k) > v]
 
     def __str__(self) -> str:

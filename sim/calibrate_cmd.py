@@ -32,11 +32,10 @@ def format_report(r: Report) -> str:
     lines += ["", "GEMM constants per GPU:"]
     for gpu, g in r.calibration.gemm.items():
         lines.append(f"  {gpu:<10} compute {g.compute_efficiency:.0%} of peak, bandwidth {g.bandwidth_efficiency:.0%}, "
-                     f"latency {g.latency_s * 1e6:.1f} us, exposed {g.exposed:.0%}")
+                     f"latency {g.latency_s * 1e6:.1f} us, p {g.sharpness:.2f}")
     lines.append("elementwise operators (all GPUs):")
     for op, e in r.calibration.elementwise.items():
-        lines.append(f"  {op:<25} floor {e.floor_s * 1e6:.1f} us, {e.bytes_per_element:.2f} bytes per element, "
-                     f"at least {e.rows_per_sm:.2f} rows per SM")
+        lines.append(f"  {op:<25} floor {e.floor_s * 1e6:.1f} us, {e.bytes_per_element:.2f} bytes per element")
     lines += ["", f"in-sample                      {r.in_sample}"]
     lines += [f"leave GPU out: {g:<16} {s}" for g, s in r.leave_one_gpu_out.items()]
     lines += [f"leave model out: {m:<14} {s}" for m, s in r.leave_one_architecture_out.items()]

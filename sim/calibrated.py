@@ -1,32 +1,24 @@
 """The calibrated analytic model of a layer's non-attention time, operator by operator.
 
-Held against Vidur's measurements (`profiles/vidur`), the roofline misses five things, each
+Held against Vidur's measurements (`profiles/vidur`), the roofline misses four things, each
 modelled here (`python -m sim calibrate` fits the constants and reports the error):
 
 - A GEMM is never faster than a kernel's latency plus its weights streamed from memory, and near
-  the ridge compute and memory do not overlap perfectly: time = latency + max(memory, compute) +
-  exposed x min(memory, compute) / waves. What is exposed is a tile's prologue and epilogue (its
-  first loads, its last write), which another tile's work hides only where there are several tiles
-  per SM: a GEMM of one wave shows `exposed` of the smaller time, one of many waves almost none
-  (the waves are tiles / SMs, at least one).
-- Compute comes in tiles. cuBLAS covers the M (token) side with tiles of 128 rows (fewer rows: the
-  smallest power of two, at least 16, that holds them), the N side with 128 columns: 129 tokens
-  cost what 256 do (the measured steps sit at multiples of 128 tokens). Wave tails are not modelled:
-  where a wave would be nearly empty cuBLAS picks another kernel or splits K, and the profiles show
-  no step at wave boundaries.
+  the ridge compute and memory do not overlap perfectly: time = latency + (memory^p +
+  compute^p)^(1/p), a smooth maximum (p = infinity is the roofline's max; the fitted p is ~2).
+- Compute comes in tiles and waves. cuBLAS covers the M (token) side with tiles of 64, 128 or 256
+  rows, whichever is fastest (smaller tiles, powers of two, for fewer rows), the N side with 128 columns;
+  the tiles run in waves of one per SM, and when they are fewer than the SMs, K is split to fill
+  them. 129 tokens cost about what 192 or 256 do, and a small TP shard leaves SMs idle.
 - Norms, rotary embedding, activation and residual adds are memory-bound: a kernel floor plus bytes
-  per element moved. Each kernel gives a token's row to one thread block, so with fewer tokens
-  than about one per SM the other SMs idle and the kernel costs what `rows_per_sm` x SMs tokens
-  do (Llama-2-70B's activation takes 22 us on an A100 for 1 token as for 100). The norms and the
-  adds act on the full hidden state on every GPU of a tensor-parallel group (not split), rotary
-  and the activation on the GPU's shard of heads and MLP.
+  per element moved. The norms and the adds act on the full hidden state on every GPU of a
+  tensor-parallel group (not split), rotary and the activation on the GPU's shard of heads and MLP.
 - The LM head is a GEMM over the sampled positions only (the caller passes those rows).
 
 Per GPU (fitted from its profiles, or for a GPU without any the mean of the fitted ones applied to
-its own datasheet: peak FLOP/s, bandwidth, SMs): the GEMM's fraction of peak FLOP/s and of peak
-bandwidth, latency and exposed fraction. Shared by all GPUs (launch latencies, bytes relative to
-the datasheet bandwidth, rows relative to the SM count): each elementwise operator's floor, bytes
-per element and rows per SM.
+its own datasheet): the GEMM's fraction of peak FLOP/s and of peak bandwidth, latency and p. Shared
+by all GPUs (launch latencies, and bytes relative to the datasheet bandwidth): each elementwise
+operator's floor and bytes per element.
 """
 from __future__ import annotations
 
@@ -44,7 +36,8 @@ CALIBRATION_FILE = Path(__file__).with_name("calibration.json")
 GEMM_OPS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")
 ELEMENTWISE_OPS = ("attn_rope", "input_layernorm", "post_attention_layernorm", "mlp_act", "add")
 TILE_N = 128
-TILE_M = 128  # cuBLAS tile height for many rows (fewer rows: the smallest power of two, at least 16, holding them)
+TILES_M = (64, 128, 256)  # cuBLAS tile heights for many rows, the faster taken (fewer rows: a smaller power of two)
+SPLIT_K_DEPTH = 256  # the least of K a split-K slice keeps
 
 
 @dataclass(slots=True, frozen=True)
@@ -52,14 +45,13 @@ class GemmConstants:
     compute_efficiency: float  # of the datasheet's dense FP16 tensor FLOP/s, on full tiles
     bandwidth_efficiency: float  # of the datasheet's memory bandwidth, streaming the weights
     latency_s: float  # per GEMM kernel
-    exposed: float  # of the smaller of compute and memory time, not hidden in a GEMM of one wave
+    sharpness: float  # p of the smooth maximum of compute and memory time
 
 
 @dataclass(slots=True, frozen=True)
 class ElementwiseConstants:
     floor_s: float  # per kernel
     bytes_per_element: float  # effective bytes moved per element of the op's width, at datasheet bandwidth
-    rows_per_sm: float  # fewer tokens than this many per SM cost as many: one thread block per token's row
 
 
 @dataclass(slots=True)
@@ -99,12 +91,21 @@ def default_calibration() -> Calibration:
 def gemm_seconds(rows, n: int, k: int, hw: HardwareSpec, c: GemmConstants) -> np.ndarray:
     """A (rows x k) @ (k x n) FP16 GEMM (see the module doc); `rows` an array of token counts >= 1."""
     m = np.asarray(rows, dtype=np.float64)
-    tile = np.minimum(2.0 ** np.ceil(np.log2(np.maximum(m, 16))), TILE_M)
-    tiles = np.ceil(m / tile) * np.ceil(n / TILE_N)
-    compute = tiles * tile * TILE_N * 2.0 * k / (hw.peak_flops * c.compute_efficiency)
     memory = 2.0 * (n * k + m * (n + k)) / (hw.memory_bandwidth * c.bandwidth_efficiency)
-    waves = np.maximum(1.0, tiles / hw.num_sms)
-    return c.latency_s + np.maximum(memory, compute) + c.exposed * np.minimum(memory, compute) / waves
+    small = 2.0 ** np.ceil(np.log2(np.maximum(m, 16)))  # a power-of-two tile for fewer rows than tile_m
+    compute = np.min([_tiled_compute(m, n, k, np.minimum(small, t), hw) for t in TILES_M], axis=0)
+    compute = compute / (hw.peak_flops * c.compute_efficiency)
+    p = c.sharpness
+    return c.latency_s + (memory**p + compute**p) ** (1 / p)
+
+
+def _tiled_compute(m, n, k, tile, hw: HardwareSpec) -> np.ndarray:
+    """FLOPs the SMs spend, idle ones included, with tiles of `tile` rows: whole waves of tiles."""
+    tiles = np.ceil(m / tile) * np.ceil(n / TILE_N)
+    # split-K: the K dimension cut into slices fills the SMs a few tiles would leave idle
+    splits = np.clip(hw.num_sms // tiles, 1, np.maximum(1, k // SPLIT_K_DEPTH))
+    waves = np.ceil(tiles * splits / hw.num_sms)
+    return waves * hw.num_sms * tile * TILE_N * 2.0 * k / splits
 
 
 def gemm_shapes(model: ModelSpec, tp: int) -> dict[str, tuple[int, int]]:
@@ -137,14 +138,8 @@ def layer_op_seconds(model: str | ModelSpec, hardware: str | HardwareSpec, tp: i
     out = {op: gemm_seconds(n, nn, kk, hw, g) for op, (nn, kk) in gemm_shapes(m, tp).items()}
     for op, width in elementwise_widths(m, tp).items():
         e = cal.elementwise[op]
-        out[op] = elementwise_seconds(n, width, hw, e)
+        out[op] = e.floor_s + n * width * e.bytes_per_element / hw.memory_bandwidth
     return out
-
-
-def elementwise_seconds(tokens, width: float, hw: HardwareSpec, e: ElementwiseConstants) -> np.ndarray:
-    """A memory-bound operator over `tokens` rows of `width` elements (see the module doc)."""
-    rows = np.maximum(np.asarray(tokens, dtype=np.float64), e.rows_per_sm * hw.num_sms)
-    return e.floor_s + rows * width * e.bytes_per_element / hw.memory_bandwidth
 
 
 def layer_seconds(model, hardware, tp: int, tokens, calibration: Calibration | None = None) -> np.ndarray:

@@ -191,27 +191,3 @@ def test_bad_attention_csv(tmp_path):
     (tmp_path / "attention.csv").write_text("\n".join([lines[0].replace("kv_cache_size", "kv"), *lines[1:]]))
     with pytest.raises(ValueError, match=r"missing column\(s\) \['kv_cache_size'\]: expected Vidur's attention.csv"):
         gpu_cost_model(f"vidur:{tmp_path}", "llama-2-7b", "a100-80gb")
-
-
-def test_elementwise_kernels_cost_one_row_per_sm_at_least():
-    """One thread block per token's row: 1 token costs what about one per SM does (Llama-2-70B's activation
-    measures 22 us on an A100 from 1 to ~100 tokens), then time grows with tokens."""
-    ops = layer_op_seconds("llama-2-70b", "a100-80gb", 1, np.array([1, 32, 1024]))
-    assert ops["mlp_act"][0] == ops["mlp_act"][1] < ops["mlp_act"][2]
-    measured = read_layer_profile(PROFILES / "a100" / "meta-llama" / "Llama-2-70b-hf" / "mlp.csv").ops[1]["mlp_act"][0]
-    assert ops["mlp_act"][0] == pytest.approx(measured, rel=0.2)
-
-
-def test_gemm_overlap_loss_shrinks_with_waves():
-    """Near the ridge a GEMM of one wave pays part of the smaller of compute and memory; one of many
-    waves hides it: Llama-2-70B's MLP on one H100 at 256 tokens is nearly max(compute, memory)."""
-    from sim.calibrated import gemm_seconds
-
-    hw, g = get_hardware("h100"), default_calibration().gemm["h100"]
-    big = gemm_seconds(np.array([256]), 57344, 8192, hw, g)[0]  # 896 tiles: ~7 waves on 132 SMs
-    measured = read_layer_profile(PROFILES / "h100" / "meta-llama" / "Llama-2-70b-hf" / "mlp.csv")
-    at = measured.tokens[1] == 256
-    assert big == pytest.approx(measured.ops[1]["mlp_up_proj"][at][0], rel=0.15)
-    small = gemm_seconds(np.array([64]), 1536, 4096, hw, g)[0]  # 12 tiles: one wave, the loss shows
-    memory = 2.0 * (1536 * 4096 + 64 * (1536 + 4096)) / (hw.memory_bandwidth * g.bandwidth_efficiency)
-    assert small - g.latency_s > 1.05 * memory
