@@ -31,7 +31,7 @@ def add_parser(sub) -> None:
 
 
 def format_report(r: Report) -> str:
-    from .calibrate import MAX_TOKENS
+    from .calibrate import GOALS, MAX_TOKENS
 
     lines = [f"non-attention time of one layer, 1-{MAX_TOKENS:,} tokens, every TP degree; |predicted - measured| / "
              "measured", f"fitted on: {', '.join(r.calibration.fitted_on)}"]
@@ -49,6 +49,11 @@ def format_report(r: Report) -> str:
     lines += [f"leave model out: {m:<14} {s}" for m, s in r.leave_one_architecture_out.items()]
     lines += [f"held out, all                  {r.heldout}",
               f"measured profile, interpolated {r.interpolation}  (every other profiled size held out)"]
+    goals = ", ".join(f"{k} <= {v:.0%}" for k, v in GOALS.items())
+    sets = {**{f"GPU {g}": s for g, s in r.leave_one_gpu_out.items()},
+            **{f"model {m}": s for m, s in r.leave_one_architecture_out.items()}}
+    missed = [f"{name} ({'; '.join(s.misses())})" for name, s in sets.items() if s.misses()]
+    lines.append(f"goals on each held-out set ({goals}): " + (f"missed by {', '.join(missed)}" if missed else "met"))
     return "\n".join(lines)
 
 

@@ -6,10 +6,13 @@ modelled here (`python -m sim calibrate` fits the constants and reports the erro
 - A GEMM is never faster than a kernel's latency plus its weights streamed from memory, and near
   the ridge compute and memory do not overlap perfectly: time = latency + (memory^p +
   compute^p)^(1/p), a smooth maximum (p = infinity is the roofline's max; the fitted p is ~2).
-- Compute comes in tiles and waves. cuBLAS covers the M (token) side with tiles of 64, 128 or 256
-  rows, whichever is fastest (smaller tiles, powers of two, for fewer rows), the N side with 128 columns;
-  the tiles run in waves of one per SM, and when they are fewer than the SMs, K is split to fill
-  them. 129 tokens cost about what 192 or 256 do, and a small TP shard leaves SMs idle.
+- Compute comes in tiles and waves. A GEMM's output, M (tokens) x N, is cut into tiles, one per SM at a
+  time: the tile grid against the SM count decides how many waves run and how full the last one is, so
+  the tile's columns matter as much as its rows (a 4,096-wide shard is 32 tiles of 128 columns but 16 of
+  256). cuBLAS picks among tile shapes per problem; the model takes the fastest of 64, 128 or 256 rows
+  (a smaller power of two for fewer rows) by 128 or 256 columns, and when the tiles are fewer than the
+  SMs, K is split to fill them. 129 tokens cost about what 192 or 256 do, and a small TP shard leaves
+  SMs idle.
 - Norms, rotary embedding, activation and residual adds are memory-bound: a kernel floor plus bytes
   per element moved. The norms and the adds act on the full hidden state on every GPU of a
   tensor-parallel group (not split), rotary and the activation on the GPU's shard of heads and MLP.
@@ -35,8 +38,8 @@ from .models import ModelSpec, get_model
 CALIBRATION_FILE = Path(__file__).with_name("calibration.json")
 GEMM_OPS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")
 ELEMENTWISE_OPS = ("attn_rope", "input_layernorm", "post_attention_layernorm", "mlp_act", "add")
-TILE_N = 128
-TILES_M = (64, 128, 256)  # cuBLAS tile heights for many rows, the faster taken (fewer rows: a smaller power of two)
+TILES_M = (64, 128, 256)  # cuBLAS tile heights for many rows (fewer rows: a smaller power of two)
+TILES_N = (128, 256)  # tile widths; every height with every width, the fastest taken
 SPLIT_K_DEPTH = 256  # the least of K a split-K slice keeps
 
 
@@ -93,19 +96,20 @@ def gemm_seconds(rows, n: int, k: int, hw: HardwareSpec, c: GemmConstants) -> np
     m = np.asarray(rows, dtype=np.float64)
     memory = 2.0 * (n * k + m * (n + k)) / (hw.memory_bandwidth * c.bandwidth_efficiency)
     small = 2.0 ** np.ceil(np.log2(np.maximum(m, 16)))  # a power-of-two tile for fewer rows than tile_m
-    compute = np.min([_tiled_compute(m, n, k, np.minimum(small, t), hw) for t in TILES_M], axis=0)
+    compute = np.min([_tiled_compute(m, n, k, np.minimum(small, tm), tn, hw) for tm in TILES_M for tn in TILES_N],
+                     axis=0)
     compute = compute / (hw.peak_flops * c.compute_efficiency)
     p = c.sharpness
     return c.latency_s + (memory**p + compute**p) ** (1 / p)
 
 
-def _tiled_compute(m, n, k, tile, hw: HardwareSpec) -> np.ndarray:
-    """FLOPs the SMs spend, idle ones included, with tiles of `tile` rows: whole waves of tiles."""
-    tiles = np.ceil(m / tile) * np.ceil(n / TILE_N)
+def _tiled_compute(m, n, k, tile_m, tile_n: int, hw: HardwareSpec) -> np.ndarray:
+    """FLOPs the SMs spend, idle ones included, with tiles of `tile_m` x `tile_n`: whole waves of tiles."""
+    tiles = np.ceil(m / tile_m) * np.ceil(n / tile_n)
     # split-K: the K dimension cut into slices fills the SMs a few tiles would leave idle
     splits = np.clip(hw.num_sms // tiles, 1, np.maximum(1, k // SPLIT_K_DEPTH))
     waves = np.ceil(tiles * splits / hw.num_sms)
-    return waves * hw.num_sms * tile * TILE_N * 2.0 * k / splits
+    return waves * hw.num_sms * tile_m * tile_n * 2.0 * k / splits
 
 
 def gemm_shapes(model: ModelSpec, tp: int) -> dict[str, tuple[int, int]]:

@@ -1,7 +1,8 @@
 """Fitting the calibrated model to the repository's Vidur profiles: the errors the report prints,
 held against the goals of issue 12 (non-attention step time, 1-4,096 tokens, every TP degree).
 
-One fit on everything plus five held-out fits: about a minute, so the report is computed once."""
+One fit on everything plus five held-out fits: about half a minute, so the report is computed once. The full
+figures are `python -m sim calibrate`'s."""
 import shutil
 
 import numpy as np
@@ -19,18 +20,50 @@ def report():
     return calibrate(PROFILES)
 
 
+ARCHITECTURES = ("llama-2-7b", "llama-3-8b", "llama-2-70b+llama-3-70b")
+MISSED = {  # held-out set -> why it misses issue 12's goals (see `python -m sim calibrate`)
+    "llama-2-7b": "worst 29.6%: H100 TP8 at 1 token +30%, the H100's GEMM latency fitted on the 70B alone "
+                  "(6.7 us; its 4 GEMMs measure 29 us in all)",
+    "llama-2-70b+llama-3-70b": "worst 26.3%: Llama-2-70B on H100s at TP1 near 240 tokens +26% (+23% even in sample: "
+                               "the smooth maximum, its p fitted on Llama-2-7B alone 1.50, overstates the overlap loss "
+                               "where the 70B's compute and weight streaming are equal), and just past 512 tokens "
+                               "-26% (measured GEMM time jumps 1.6-1.8x from 512 to 520 tokens, a cuBLAS kernel "
+                               "choice)",
+    "h100": "worst 28.6%: Llama-2-70B just past 512 tokens -29% (TP8 at 536), the cuBLAS kernel choice above",
+}
+
+
+def _goals(names):
+    return [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=f"not met: {MISSED[n]}")) if n in MISSED
+            else n for n in names]
+
+
 def test_heldout_errors_meet_the_goals(report):
     """Leave one GPU out and leave one architecture out, all points together."""
     assert report.heldout.median <= 0.05
     assert report.heldout.p90 <= 0.12
-    # The goal is 25%, not met: the worst held-out points are cuBLAS kernel choices the model does not
-    # follow (Llama-2-70B on H100s just past 512 tokens, measured ~30% above the prediction). Held to
-    # what the model reaches, so that a regression shows.
+    # The goal is 25%, not met: the worst held-out points are Llama-2-7B on H100s at one token (+30%, the
+    # GEMM latency fitted on the 70B alone) and cuBLAS kernel choices the model does not follow (Llama-2-70B
+    # on H100s just past 512 tokens, measured ~29% above the prediction). Held to what the model reaches,
+    # so that a regression shows.
     assert report.heldout.worst <= 0.30
     assert set(report.leave_one_gpu_out) == {"a100-80gb", "h100"}
-    assert set(report.leave_one_architecture_out) == {"llama-2-7b", "llama-3-8b", "llama-2-70b+llama-3-70b"}
+    assert set(report.leave_one_architecture_out) == set(ARCHITECTURES)
     for stats in (*report.leave_one_gpu_out.values(), *report.leave_one_architecture_out.values()):
         assert stats.median <= 0.05
+
+
+@pytest.mark.parametrize("models", _goals(ARCHITECTURES))
+def test_each_heldout_model_meets_the_goals(report, models):
+    """Leave one architecture out: median <= 5%, p90 <= 12%, worst <= 25% on each set. Strict xfail
+    where not met: a fit that meets them turns it into a failure to update."""
+    assert report.leave_one_architecture_out[models].misses() == []
+
+
+@pytest.mark.parametrize("gpu", _goals(("a100-80gb", "h100")))
+def test_each_heldout_gpu_meets_the_goals(report, gpu):
+    """Leave one GPU out, the same goals (strict xfail where not met, as above)."""
+    assert report.leave_one_gpu_out[gpu].misses() == []
 
 
 def test_in_sample_is_better_than_the_roofline_was(report):
@@ -47,6 +80,7 @@ def test_the_report_prints_these_numbers(report):
     for stats in (report.in_sample, report.heldout, report.interpolation):
         assert str(stats) in text
     assert f"median {report.heldout.median:6.1%}" in text
+    assert "goals on each held-out set (median <= 5%, p90 <= 12%, worst <= 25%): missed by GPU h100 (worst" in text
 
 
 def test_the_shipped_constants_are_the_fit_on_all_profiles(report):
