@@ -54,6 +54,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pandas as pd
+import served_steps
 import torch
 from common import (
     Verdict,
@@ -327,16 +328,24 @@ def probe_frontend(url: str, urls: list[str], workload: Workload, vocab: int, pr
             "probe_ttft_engine_s": engine.tolist()}
 
 
-def replay_measured(url: str, urls: list[str], workload: Workload, vocab: int) -> dict:
+def replica_steps(urls: list[str], since: list[int] | None = None) -> list[dict]:
+    """Each replica's `/debug/steps` since its mark (`since`; all kept steps without): {"next", "steps"}."""
+    return [httpx.get(f"{url}/debug/steps", params={"since": s}, timeout=30).json()
+            for url, s in zip(urls, since or [0] * len(urls), strict=True)]
+
+
+def replay_measured(url: str, urls: list[str], workload: Workload, vocab: int) -> tuple[dict, list[list[dict]]]:
     """The workload replayed against the deployment at `url`: bench serve's summary, with the hit
-    rate the replicas counted."""
+    rate the replicas counted; and each replica's steps during the replay (`paged.engine.step_log`)."""
     prompts = PromptMaker(workload, vocab_size=vocab, min_token_id=MIN_TOKEN_ID)
     before = prefix_counters(urls)
+    marks = [d["next"] for d in replica_steps(urls, [1 << 62] * len(urls))]
     records, wall = asyncio.run(replay(url, first_model(url), workload, prompts))
     queries, hits = prefix_counters(urls) - before
+    steps = [d["steps"] for d in replica_steps(urls, marks)]
     summary = summarize(workload, records, wall)
     summary["prefix_cache_hit_rate"] = hits / queries if queries else float("nan")
-    return summary
+    return summary, steps
 
 
 def flat(summary: dict) -> dict[str, float]:
@@ -471,16 +480,21 @@ def run(args: argparse.Namespace, setup: Setup) -> int:
             predicted = simulate(workload, replace(config, router=router,
                                                    frontend_latency_s=frontend["frontend_latency_s"])).summary()
             with others_load(load, router):
-                measured = replay_measured(url, urls, workload, vocab)
+                measured, steps = replay_measured(url, urls, workload, vocab)
         timings[router] = time.perf_counter() - t
         if measured["num_finished"] != len(workload):
             raise RuntimeError(f"{router}: {measured['num_finished']} of {len(workload)} requests finished "
                                f"({measured.get('errors')}); logs in {log_dir}")
+        frames = [served_steps.step_frame(s, profile_path).assign(replica=i) for i, s in enumerate(steps)]
+        pd.concat(frames).to_csv(args.out / f"steps-{router}.csv", index=False)
+        served = {f"replica{i}": served_steps.summary(f) for i, f in enumerate(frames)}
         routers[router] = {"metrics": compare(predicted, measured), **frontend,
-                           "num_steps_predicted": predicted["num_steps"],
+                           "num_steps_predicted": predicted["num_steps"], "served_steps": served,
                            "send_lateness_p99_s": measured["send_lateness_s"]["p99"]}
         print(f"{router}: front-end latency {frontend['frontend_latency_s'] * 1e3:.1f} ms; launched, probed and "
               f"replayed in {timings[router]:.0f} s", flush=True)
+        for name, s in served.items():
+            print(f"  {served_steps.describe(name, s)}", flush=True)
     after = None
     if remeasure:
         with others_load(load, "profile_after"):
