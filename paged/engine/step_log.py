@@ -15,7 +15,6 @@ reader can ask for the steps since the ones it has seen (`since`).
 """
 from __future__ import annotations
 
-import itertools
 import time
 from collections import deque
 
@@ -35,16 +34,17 @@ class StepLog:
             raise ValueError(f"StepLog capacity={capacity!r}: expected a positive integer")
         self.runner = runner
         self.rows: deque[dict] = deque(maxlen=capacity)
-        self._seq = itertools.count()
+        self.next_seq = 0  # the number the next step will get
 
     def execute_model(self, out: SchedulerOutput, kv: KVCacheManager) -> dict[str, list[int]]:
         start = time.monotonic()
         sampled = self.runner.execute_model(out, kv)
         end = time.monotonic()
         row = {name: getattr(out, name) for name in FEATURES}
-        row.update(seq=next(self._seq), start_s=start, end_s=end, forward_s=end - start,
+        row.update(seq=self.next_seq, start_s=start, end_s=end, forward_s=end - start,
                    decode_max_context=max((r.num_computed_tokens + 1 for r in out.decode_requests), default=0))
         self.rows.append(row)
+        self.next_seq += 1
         return sampled
 
     def since(self, seq: int = 0) -> dict:
@@ -52,7 +52,7 @@ class StepLog:
         if not isinstance(seq, int) or seq < 0:
             raise ValueError(f"steps since={seq!r}: expected an integer >= 0")
         rows = [r for r in self.rows if r["seq"] >= seq]
-        return {"next": self.rows[-1]["seq"] + 1 if self.rows else seq, "steps": rows}
+        return {"next": self.next_seq, "steps": rows}
 
     @classmethod
     def install(cls, engine: LLMEngine, capacity: int = DEFAULT_CAPACITY) -> StepLog:
