@@ -11,6 +11,10 @@ times. Two things are held against the profile the prediction used:
 - the gaps between forward passes while the engine had work (the gap before a step that decodes: a
   request was running, so the engine did not wait for one): the scheduler, the outputs, the
   hand-off to the event loop and back. The simulator charges nothing there.
+
+`served_cost_model` turns what a calibration load measured this way into the cost model of the
+engines as they serve: the profile's, its forward times scaled by the calibration's measured over
+profiled time, plus the busy gap on every step.
 """
 from __future__ import annotations
 
@@ -20,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from paged.engine.profile import FEATURES
-from sim.profiled import fit_profile
+from sim.profiled import ProfiledCostModel, ProfileFit, fit_profile
 
 
 def step_frame(steps: list[dict], profile_path: str | Path) -> pd.DataFrame:
@@ -62,3 +66,19 @@ def describe(name: str, s: dict) -> str:
             f"decode by batch {batches}); between busy steps {gap['mean'] * 1e3:.1f} ms mean, "
             f"{gap['p50'] * 1e3:.1f} ms p50, {gap['total']:.2f} s in all over {gap['count']} steps "
             f"(forward {s['forward_s_total']:.2f} s)")
+
+
+def served_cost_model(fit: ProfileFit, forward_over_profile: float, gap_s: float) -> ProfiledCostModel:
+    """The profile's fitted model as the engines run under the serving stack: every step's forward time
+    times `forward_over_profile`, and `gap_s` more per step (the intercept: the simulator starts the
+    next step when one ends). Both are measured on a calibration load (`summary`), never on the
+    replay being predicted."""
+    if not forward_over_profile > 0 or not gap_s >= 0:
+        raise ValueError(f"served_cost_model: forward_over_profile={forward_over_profile!r}, gap_s={gap_s!r}: "
+                         "expected a factor > 0 and seconds >= 0")
+    intercept, *rest = (forward_over_profile * c for c in fit.coefficients_s.values())
+    return ProfiledCostModel((intercept + gap_s, *rest),
+                             {n: forward_over_profile * v for n, v in fit.decode_corrections_s.items()},
+                             {n: forward_over_profile * v for n, v in fit.prefill_corrections_s.items()},
+                             f"{fit.cost_model.name} served", f"{fit.cost_model.description}; forward times "
+                             f"x{forward_over_profile:.3f} and {gap_s * 1e3:.2f} ms between steps, as served")
