@@ -4,11 +4,16 @@ simulator predicted, for each router?
 The loop, closed at the cluster level: (1) profile the engine's step times as the replicas will run
 them: one engine per replica, each in a process of its own with one thread, all profiling the grid
 at once, so that each step is timed beside the other replica's (`paged.engine.profile`; the
-contention between replicas on this machine's cores is then in the prediction); (2) take a slice of
-the Azure conversation trace (lengths scaled down), put one of 8 long system prompts, drawn at
+contention between replicas on this machine's cores is then in the prediction), then carry it to
+the engines as they serve (`calibrate`): replay a calibration load of its own (the trace's next
+requests, other system prompts, other tokens) through a deployment, take the replicas' steps from
+`/debug/steps`, and scale the profile by their forward time over the profile's for the same
+shapes, plus the gap between busy steps (`served_steps`: the replicas share the 2 cores with their
+HTTP servers, the router and the load generator, which the profiling engines did not); (2) take a
+slice of the Azure conversation trace (lengths scaled down), put one of 8 long system prompts, drawn at
 random, in front of every prompt (a shared-prefix working set larger than one replica's KV cache
 but not than two: where a router keeps a system prompt decides prefix-cache hits), and rescale its
-arrivals to a fraction of the capacity the profile predicts for 2 replicas; (3) for each of
+arrivals to a fraction of the capacity the served model predicts for 2 replicas; (3) for each of
 round_robin, least_outstanding and prefix_aware, launch the real replicas and router (`paged
 launch`), measure the deployment's front-end latency on the idle deployment (probe requests: their TTFT as
 the client sees it less the engine's own, `vllm:time_to_first_token_seconds`), simulate the slice
@@ -18,15 +23,18 @@ replay: prompts are token ids whose shared-prefix blocks are the same tokens, ou
 trace length, sent open-loop at their arrival times); (4) compare TTFT, TPOT, E2E (means and p50),
 throughput and the prefix-cache hit rate (from the replicas' own `vllm:prefix_cache_*` counters),
 and whether the routers rank the same way predicted and measured by mean TTFT (the latency a
-router's prefix hits change; E2E adds the decode time, which routing hardly moves). Goal: means
+router's prefix hits change; E2E adds the decode time, which routing hardly moves), and hold each
+replica's steps in the replay against the profile (printed per replica: forward time over the
+profile's, by decode batch, and the busy gaps; `steps-ROUTER.csv`). Goal: means
 and p50 within 10%, hit rate within 0.03, the same ranking. Two routers predicted within 10% of
 each other (the accuracy goal: a prediction allowed that error cannot order them) are a tie, which
 the verdict names: the ranking is judged on the pairs the prediction separates, and the full order
 is reported as well.
 
 Writes DIR/deploy_check.json as {"routers": {name: {"metrics": {metric: {"predicted", "measured",
-"rel_error"}}, "frontend_latency_s": ...}}, "ranking": ..., "conditions": ...}, a CSV, a figure
-and the verdicts. As in `sim_vs_real.py`, a part of the profile's grid is re-measured afterwards (the
+"rel_error"}}, "profile_only": (the same, predicted from the profile without the calibration),
+"served_steps", "frontend_latency_s": ...}}, "ranking": ..., "conditions": {..., "calibration"}},
+a CSV, a figure and the verdicts. As in `sim_vs_real.py`, a part of the profile's grid is re-measured afterwards (the
 same way) and the ratio printed, with how many cores other processes kept busy meanwhile: on a
 shared machine the speed moves, and that bounds what any prediction can do. (Scaling the profile
 by a part of it re-measured right before each replay was tried: with neighbours keeping 1.1-1.5
@@ -54,6 +62,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pandas as pd
+import served_steps
 import torch
 from common import (
     Verdict,
@@ -78,6 +87,7 @@ from paged.serve.server_process import free_port
 from paged.workloads.workload import Workload
 from sim import simulate
 from sim.plots import figure, legend_below, look
+from sim.profiled import fit_profile
 
 NAME = "deploy_check"
 MODEL = "smollm2-135m"
@@ -92,6 +102,7 @@ RANK_BY = "ttft_s_mean"
 TIE = GOAL  # routers predicted closer than this (relative) on RANK_BY are not ranked by the prediction
 PROBES = 5  # front-end probes per launch, one at a time; the first warms the path up and is dropped
 PROBE_SEED = 1 << 20  # PromptMaker seeds of the probes: tokens no replayed request shares
+CALIBRATION_SEED = 1 << 21  # PromptMaker seed of the calibration load (`calibrate`): its own tokens
 PROFILE_BLOCKS = 256  # the profiling engines' KV cache: room for a decode batch of max_num_seqs at full context
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -140,18 +151,22 @@ QUICK = Setup(num_requests=6, prompt_scale=1 / 16, output_scale=1 / 16, max_own_
                                repeats=1))
 
 
-def shared_prefix_slice(setup: Setup) -> Workload:
+def shared_prefix_slice(setup: Setup, calibration: bool = False) -> Workload:
     """The trace's first requests, lengths scaled and capped, each behind one of `num_groups`
     system prompts (drawn at random, seeded: in turn, round robin over as many replicas as divide
     the groups would keep every group on one replica, and make it a prefix-aware router),
-    named by one prefix id per block as the simulator reads them."""
-    w = azure_conv(setup.num_requests, MODEL)
+    named by one prefix id per block as the simulator reads them. With `calibration`, the next
+    as many requests of the trace, their groups drawn with another seed: a load like the slice's
+    that shares none of its requests (`calibrate`)."""
+    w = azure_conv(2 * setup.num_requests if calibration else setup.num_requests, MODEL)
+    if calibration:  # from the first arrival after the slice (in a tie, the slice's last request too)
+        w = w.window(start_s=w.arrival_s[setup.num_requests]).head(setup.num_requests)
     block = BLOCK_SIZE
     own = np.clip(np.round(w.num_prompt_tokens * setup.prompt_scale), 1, setup.max_own_tokens).astype(np.int64)
     out = np.clip(np.round(w.num_output_tokens * setup.output_scale), 1, setup.max_output_tokens).astype(np.int64)
     ids_per_group = setup.prefix_tokens // block
     return replace(w, num_prompt_tokens=setup.prefix_tokens + own, num_output_tokens=out,
-                   prefix_index=np.random.default_rng(SEED).integers(setup.num_groups, size=len(w)),
+                   prefix_index=np.random.default_rng(SEED + calibration).integers(setup.num_groups, size=len(w)),
                    prefix_values=np.arange(setup.num_groups * ids_per_group, dtype=np.int64),
                    prefix_offsets=np.arange(setup.num_groups + 1, dtype=np.int64) * ids_per_group,
                    hash_id_block_size=block, name=f"{w.name} behind {setup.num_groups} system prompts")
@@ -327,16 +342,60 @@ def probe_frontend(url: str, urls: list[str], workload: Workload, vocab: int, pr
             "probe_ttft_engine_s": engine.tolist()}
 
 
-def replay_measured(url: str, urls: list[str], workload: Workload, vocab: int) -> dict:
+def step_marks(urls: list[str]) -> list[int]:
+    """Each replica's number for its next step (`/debug/steps`): read before a replay, to take its steps after."""
+    return [httpx.get(f"{url}/debug/steps", params={"since": 1 << 62}, timeout=30).json()["next"] for url in urls]
+
+
+def replica_steps(urls: list[str], marks: list[int]) -> list[list[dict]]:
+    """Each replica's steps since its mark (`step_marks`)."""
+    return [httpx.get(f"{url}/debug/steps", params={"since": m}, timeout=30).json()["steps"]
+            for url, m in zip(urls, marks, strict=True)]
+
+
+def replay_measured(url: str, urls: list[str], workload: Workload, vocab: int) -> tuple[dict, list[list[dict]]]:
     """The workload replayed against the deployment at `url`: bench serve's summary, with the hit
-    rate the replicas counted."""
+    rate the replicas counted; and each replica's steps during the replay (`paged.engine.step_log`)."""
     prompts = PromptMaker(workload, vocab_size=vocab, min_token_id=MIN_TOKEN_ID)
     before = prefix_counters(urls)
+    marks = step_marks(urls)
     records, wall = asyncio.run(replay(url, first_model(url), workload, prompts))
     queries, hits = prefix_counters(urls) - before
+    steps = replica_steps(urls, marks)
     summary = summarize(workload, records, wall)
     summary["prefix_cache_hit_rate"] = hits / queries if queries else float("nan")
-    return summary
+    return summary, steps
+
+
+def calibrate(setup: Setup, workload: Workload, profile_path: Path, out: Path, vocab: int) -> dict:
+    """The engines' steps under the serving stack, on a calibration load: `workload` (the trace's next
+    requests behind other system prompts, `shared_prefix_slice(calibration=True)`, at the slice's
+    load) replayed through a deployment of its own (round_robin: both replicas busy alike), its
+    tokens drawn with a seed of its own. Their forward time over the profile's for the same shapes,
+    and the mean gap between busy steps, make the cost model the prediction uses
+    (`served_steps.served_cost_model`).
+
+    Why: the profile times the engines alone. A served engine shares the machine's cores with its
+    own HTTP front end, the other replica's, the router and the load generator, which on this
+    2-core machine slows its steps (most when the machine is otherwise quiet: the profile then had
+    a core per engine), and it spends time between steps that the profile does not see. Measured on
+    a load of its own, never on the replay it predicts; one calibration for every router, so the
+    routers' predictions share it and their ranking does not follow its noise."""
+    with launched("round_robin", setup, out / "logs-calibration") as (url, urls):
+        probe_frontend(url, urls, workload, vocab)  # warms both replicas up, as before each replay
+        marks = step_marks(urls)
+        records, wall = asyncio.run(replay(url, first_model(url), workload,
+                                           PromptMaker(workload, vocab_size=vocab, min_token_id=MIN_TOKEN_ID,
+                                                       seed=CALIBRATION_SEED)))
+        steps = replica_steps(urls, marks)
+    finished = summarize(workload, records, wall)["num_finished"]
+    if finished != len(workload):
+        raise RuntimeError(f"calibration: {finished} of {len(workload)} requests finished; logs in {out}")
+    frame = pd.concat([served_steps.step_frame(s, profile_path).assign(replica=i) for i, s in enumerate(steps)])
+    frame.to_csv(out / "steps-calibration.csv", index=False)
+    served = served_steps.summary(frame)
+    return {"forward_over_profile": served["forward_over_profile"]["all"], "busy_gap_s": served["busy_gap_s"]["mean"],
+            "num_requests": len(workload), "served_steps": served}
 
 
 def flat(summary: dict) -> dict[str, float]:
@@ -455,12 +514,19 @@ def run(args: argparse.Namespace, setup: Setup) -> int:
         with others_load(load, "profile"):
             profile_deployed(setup, profile_path)
     before_profile = json.loads(Path(profile_path).read_text())
-    config = replace(sim_config(engine, profile_path), replicas=REPLICAS)
+    profiled = replace(sim_config(engine, profile_path), replicas=REPLICAS)
+    vocab = engine.model_config.vocab_size
+    del engine  # its memory is the replicas' now
+    calibration_load = shared_prefix_slice(setup, calibration=True)
+    calibration_load = at_load(calibration_load, setup.load * saturation_throughput(calibration_load, profiled))
+    with others_load(load, "calibration"):
+        calibration = calibrate(setup, calibration_load, profile_path, args.out, vocab)
+    config = replace(profiled, cost_model=served_steps.served_cost_model(
+        fit_profile(profile_path), calibration["forward_over_profile"], calibration["busy_gap_s"]))
+    print(f"calibration: {served_steps.describe('both replicas', calibration['served_steps'])}", flush=True)
     trace = shared_prefix_slice(setup)
     capacity = saturation_throughput(trace, config)
     workload = at_load(trace, setup.load * capacity)
-    vocab = engine.model_config.vocab_size
-    del engine  # its memory is the replicas' now
     remeasure = not args.quick  # --quick checks plumbing: one profile shows it
     routers, timings = {}, {}
     for router in args.routers:
@@ -468,19 +534,26 @@ def run(args: argparse.Namespace, setup: Setup) -> int:
         t = time.perf_counter()
         with launched(router, setup, log_dir) as (url, urls):
             frontend = probe_frontend(url, urls, workload, vocab)
-            predicted = simulate(workload, replace(config, router=router,
-                                                   frontend_latency_s=frontend["frontend_latency_s"])).summary()
+            routed = {"router": router, "frontend_latency_s": frontend["frontend_latency_s"]}
+            predicted = simulate(workload, replace(config, **routed)).summary()
+            profile_only = simulate(workload, replace(profiled, **routed)).summary()
             with others_load(load, router):
-                measured = replay_measured(url, urls, workload, vocab)
+                measured, steps = replay_measured(url, urls, workload, vocab)
         timings[router] = time.perf_counter() - t
         if measured["num_finished"] != len(workload):
             raise RuntimeError(f"{router}: {measured['num_finished']} of {len(workload)} requests finished "
                                f"({measured.get('errors')}); logs in {log_dir}")
+        frames = [served_steps.step_frame(s, profile_path).assign(replica=i) for i, s in enumerate(steps)]
+        pd.concat(frames).to_csv(args.out / f"steps-{router}.csv", index=False)
+        served = {f"replica{i}": served_steps.summary(f) for i, f in enumerate(frames)}
         routers[router] = {"metrics": compare(predicted, measured), **frontend,
-                           "num_steps_predicted": predicted["num_steps"],
+                           "num_steps_predicted": predicted["num_steps"], "served_steps": served,
+                           "profile_only": compare(profile_only, measured),
                            "send_lateness_p99_s": measured["send_lateness_s"]["p99"]}
         print(f"{router}: front-end latency {frontend['frontend_latency_s'] * 1e3:.1f} ms; launched, probed and "
               f"replayed in {timings[router]:.0f} s", flush=True)
+        for name, s in served.items():
+            print(f"  {served_steps.describe(name, s)}", flush=True)
     after = None
     if remeasure:
         with others_load(load, "profile_after"):
@@ -490,6 +563,7 @@ def run(args: argparse.Namespace, setup: Setup) -> int:
     doc = {"routers": routers, "ranking": ranking_doc(routers),
            "conditions": {"model": MODEL, "replicas": REPLICAS, "setup": asdict(setup), "profile": str(profile_path),
                           "profile_concurrent_engines": before_profile.get("concurrent_engines", 1),
+                          "calibration": calibration,
                           "num_requests": len(workload), "offered_req_s": setup.load * capacity,
                           "capacity_req_s_predicted": capacity, "replay_wall_s": timings,
                           "profile_after_replay_over_before": slower, "other_processes_cores": load}}

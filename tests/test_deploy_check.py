@@ -9,6 +9,7 @@ the same tokens for the requests of one group and different tokens across groups
 import json
 import math
 
+import numpy as np
 import pytest
 
 from .test_experiments import load
@@ -58,6 +59,13 @@ def test_deploy_check_quick(tmp_path):
     assert all(c > e > 0 for c, e in zip(router["probe_ttft_client_s"], router["probe_ttft_engine_s"], strict=True))
     assert 0 < router["frontend_latency_s"] < min(router["probe_ttft_client_s"])
     assert doc["conditions"]["profile_concurrent_engines"] == dc.REPLICAS
+    # the calibration load ran on the served engines, and the replay's steps were read back from both replicas
+    calibration = doc["conditions"]["calibration"]
+    assert calibration["forward_over_profile"] > 0 and calibration["busy_gap_s"] >= 0
+    assert calibration["served_steps"]["num_steps"] > 0 and calibration["num_requests"] == dc.QUICK.num_requests
+    assert set(router["served_steps"]) == {f"replica{i}" for i in range(dc.REPLICAS)}
+    assert sum(s["num_steps"] for s in router["served_steps"].values()) > 0
+    assert set(router["profile_only"]) == set(metrics)
     assert (tmp_path / "deploy_check.png").stat().st_size > 10_000
     assert "[" in (tmp_path / "verdicts.txt").read_text()
 
@@ -91,3 +99,47 @@ def test_routers_predicted_within_the_goal_are_a_tie_the_verdict_names():
     assert not dc.ranking_doc(routers)["agree"]
     assert "not ranked" in dc.verdicts(dc.goal_rows(routers), routers)[0].headline
 
+
+
+def test_the_calibration_load_is_the_slices_size_and_shares_none_of_its_prompts():
+    dc = load("deploy_check")
+    from paged.serve.prompts import PromptMaker
+
+    setup = dc.QUICK
+    w, c = dc.shared_prefix_slice(setup), dc.shared_prefix_slice(setup, calibration=True)
+    assert len(c) == len(w) and c.arrival_s[0] == 0
+    assert list(c.prefix_index) != list(w.prefix_index) or list(c.num_prompt_tokens) != list(w.num_prompt_tokens)
+    slice_prompts = PromptMaker(w, vocab_size=49152, min_token_id=dc.MIN_TOKEN_ID)
+    calibration_prompts = PromptMaker(c, vocab_size=49152, min_token_id=dc.MIN_TOKEN_ID, seed=dc.CALIBRATION_SEED)
+    blocks = {tuple(slice_prompts(i)[:dc.BLOCK_SIZE]) for i in range(len(w))}
+    assert not blocks & {tuple(calibration_prompts(i)[:dc.BLOCK_SIZE]) for i in range(len(c))}
+
+
+def test_served_cost_model_scales_the_profile_and_adds_the_gap(tmp_path):
+    served_steps = load("served_steps")
+    from sim import fit_profile
+
+    samples = [dict(num_prefill_tokens=p, prefill_attention_pairs=p * (p + 1) // 2, num_decode_tokens=d,
+                    decode_context_sum=200 * d, num_seqs=d + (p > 0), time_s=0.04 + 2e-3 * p + 1e-2 * d + d * d * 1e-4)
+               for p in (0, 16, 64) for d in range(0 if p else 1, 6)]
+    path = tmp_path / "profile.json"
+    path.write_text(json.dumps({"format": "paged-step-profile/1", "model": "m", "device": "cpu", "dtype": "float32",
+                                "block_size": 16, "num_threads": 1, "samples": samples}))
+    fit = fit_profile(path)
+    model = served_steps.served_cost_model(fit, 1.25, 0.003)
+    for x in samples:
+        shape = {k: x[k] for k in ("num_prefill_tokens", "prefill_attention_pairs", "num_decode_tokens",
+                                   "decode_context_sum", "num_seqs")}
+        assert model.step_seconds(**shape) == pytest.approx(1.25 * fit.cost_model.step_seconds(**shape) + 0.003,
+                                                            abs=1e-9)
+    # the steps of a replay held against it: 1.25x the profile's time, and the busy gaps
+    steps = [{**x, "seq": i, "start_s": i * 1.0, "end_s": i * 1.0 + 1.25 * fit.cost_model.step_seconds(
+        **{k: x[k] for k in served_steps.FEATURES}), "decode_max_context": 0} for i, x in enumerate(samples)]
+    for s in steps:
+        s["forward_s"] = s["end_s"] - s["start_s"]
+    summary = served_steps.summary(served_steps.step_frame(steps, path))
+    assert summary["forward_over_profile"]["all"] == pytest.approx(1.25)
+    gaps = [b["start_s"] - a["end_s"] for a, b in zip(steps, steps[1:]) if b["num_decode_tokens"]]
+    assert summary["busy_gap_s"]["count"] == len(gaps) and summary["busy_gap_s"]["mean"] == pytest.approx(np.mean(gaps))
+    with pytest.raises(ValueError, match="forward_over_profile=0"):
+        served_steps.served_cost_model(fit, 0, 0.0)

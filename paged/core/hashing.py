@@ -55,7 +55,8 @@ def extend_block_hashes(request: Request, block_size: int, num_blocks: int) -> l
     """Make `request.block_hashes` hold at least `num_blocks` hashes where the content is known.
 
     Only full blocks get a hash. Requests with neither token ids nor hash ids get none: their
-    blocks can never be shared, which is what a length-only trace means.
+    blocks can never be shared, which is what a length-only trace means. Past what a request's hash
+    ids name, its blocks are its own (`own_block_hashes`).
     """
     hashes = request.block_hashes
     have = len(hashes)
@@ -71,11 +72,31 @@ def extend_block_hashes(request: Request, block_size: int, num_blocks: int) -> l
     elif request.prefix_hash_ids is not None:
         id_size = request.hash_id_block_size
         covered = min(request.num_prompt_tokens, len(request.prefix_hash_ids) * id_size)
-        num_blocks = min(num_blocks, covered // block_size)
-        if have < num_blocks:
-            hashes.extend(id_block_hashes(request.prefix_hash_ids, id_size, block_size, num_blocks, have,
+        named = min(num_blocks, covered // block_size)
+        if have < named:
+            hashes.extend(id_block_hashes(request.prefix_hash_ids, id_size, block_size, named, have,
                                           request.extra_keys))
+        num_blocks = min(num_blocks, request.num_tokens // block_size)
+        if len(hashes) < num_blocks:
+            hashes.extend(own_block_hashes(request, len(hashes), num_blocks, hashes[-1] if hashes else None))
     return hashes
+
+
+def own_block_hashes(request: Request, start: int, num_blocks: int, parent: bytes | None) -> list[bytes]:
+    """Hashes of full blocks start..num_blocks-1 of a request named by trace hash ids, past what its ids
+    name: the tokens there (the rest of its prompt, its output) are its own, so each block's hash
+    chains the request's id. An engine caches every full block, these too: they take room in the
+    prefix cache and age in it like any other, so that a shared prefix is evicted as early as in
+    the engine, but only the request itself (re-admitted after a preemption by recompute) hits
+    them. (Left unhashed, they went back to the free blocks handed out first, and the shared
+    prefixes outlived the engine's: the simulator's hit rate came out 0.02-0.05 high in
+    `experiments/deploy_check.py`.)"""
+    out, prev = [], parent
+    own = request.request_id.encode()
+    for i in range(start, num_blocks):
+        prev = _h(prev or _ROOT, own, i.to_bytes(4, "little"))
+        out.append(prev)
+    return out
 
 
 def id_block_hashes(hash_ids, hash_id_block_size: int, block_size: int, num_blocks: int, start: int = 0,

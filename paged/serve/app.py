@@ -2,13 +2,14 @@
 
     POST /v1/completions, /v1/chat/completions   (stream: server-sent events ending in [DONE])
     GET  /v1/models, /health, /metrics, /debug/kv
+    GET  /debug/steps?since=SEQ                  (the engine's steps: shapes and forward times, `StepLog`)
     GET  /kv/events?since=SEQ, /kv/blocks        (the prefix cache's changes, for routers: `kv_events`)
 
 With an API key, every route but /health and /metrics needs `Authorization: Bearer <key>`:
 vLLM checks its key on /v1 and leaves /health and /metrics open for probes and scrapers, as
 here; it publishes KV events on a ZMQ socket of its own, not over HTTP, so /kv/events and
 /kv/blocks (which tell anyone who can guess a prompt whether it is cached, and when) and
-/debug/kv (every request's block table) are guarded here like /v1. The router reads the KV
+/debug/kv (every request's block table) and /debug/steps are guarded here like /v1. The router reads the KV
 endpoints with the key it is given (`paged router --api-key`; `paged launch` hands it the
 replicas' key). Bodies
 over `max_body_bytes` get 413; with `max_waiting`, a request arriving while that many wait gets
@@ -22,12 +23,13 @@ import uuid
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
-from fastapi import Depends, FastAPI, Request
+from fastapi import Depends, FastAPI, Query, Request
 from fastapi.responses import JSONResponse, Response
 from fastapi.sse import EventSourceResponse, format_sse_event
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from paged.engine import AsyncLLM
+from paged.engine.step_log import StepLog
 
 from .debug_kv import kv_report
 from .disconnect import cancel_on_disconnect
@@ -57,6 +59,7 @@ def build_app(engine: AsyncLLM, settings: ServeSettings) -> FastAPI:
     max_model_len = llm_engine.scheduler.config.max_model_len
     kv_log = KVEventLog(settings.kv_events_capacity)
     llm_engine.scheduler.kv.pool.events = kv_log  # before any request: the log sees every change
+    step_log = StepLog.install(llm_engine)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -88,6 +91,10 @@ def build_app(engine: AsyncLLM, settings: ServeSettings) -> FastAPI:
     @app.get("/debug/kv", dependencies=protected)
     async def debug_kv() -> JSONResponse:
         return JSONResponse(await engine.inspect(kv_report))
+
+    @app.get("/debug/steps", dependencies=protected)
+    async def debug_steps(since: int = Query(0, ge=0)) -> JSONResponse:
+        return JSONResponse(await engine.inspect(lambda _: step_log.since(since)))
 
     @app.get("/kv/events", dependencies=protected)
     async def kv_events(since: int = 0) -> JSONResponse:

@@ -130,3 +130,13 @@ def test_metrics_have_vllm_names_and_count_requests(server, client, model_name):
     assert delta("paged:block_allocations_total") >= 1
     assert after[("paged:block_allocations_total", label)] - after[("paged:block_frees_total", label)] == \
         server.get("/debug/kv").json()["pool"]["used"]
+
+
+def test_debug_steps_pages_the_engines_steps(server, client, model_name):
+    mark = server.get("/debug/steps", params={"since": 1 << 40}).json()["next"]
+    client.completions.create(model=model_name, prompt=[7, 8, 9], max_tokens=4, temperature=0, extra_body=IGNORE_EOS)
+    steps = server.get("/debug/steps", params={"since": mark}).json()
+    assert [s["seq"] for s in steps["steps"]] == list(range(mark, steps["next"]))
+    assert [(s["num_prefill_tokens"], s["num_decode_tokens"]) for s in steps["steps"]] == [(3, 0)] + [(0, 1)] * 3
+    assert all(s["forward_s"] > 0 for s in steps["steps"])
+    assert server.get("/debug/steps", params={"since": -1}).status_code == 422

@@ -211,3 +211,36 @@ def test_a_scaled_fit_refuses_a_factor_not_above_zero(tmp_path):
     for bad in (0.0, -1.0, float("nan")):
         with pytest.raises(ValueError, match=r"factor=.*expected a number > 0"):
             fit_profile(path).scaled(bad)
+
+
+def test_each_correction_table_is_kept_on_its_own_merit(tmp_path):
+    """Decode steps with bumps a line cannot follow, and steps with a prefill chunk measured once or twice
+    per size with 20% noise (a busy machine): the prefill table fits that noise and is dropped, the decode
+    table is kept (judged together, the noisy table took the decode one down with it)."""
+    rng = np.random.default_rng(3)
+    coef = np.array([0.045, 2e-3, 1e-9, 3e-3, 5e-6, 0.0])
+    samples = []
+    for batch in range(1, 9):
+        for ctx in (192, 288, 400, 512):
+            x = np.array([1, 0, 0, batch, ctx * batch, batch], dtype=float)
+            t = (float(x @ coef) + BUMPS.get(batch, 0.0)) * (1 + 0.01 * rng.standard_normal())
+            samples.append(dict(num_prefill_tokens=0, prefill_attention_pairs=0, num_decode_tokens=batch,
+                                decode_context_sum=ctx * batch, num_seqs=batch, time_s=t))
+    for batch in range(0, 9):
+        for chunk in (32, 128)[:1 + batch % 2]:
+            pairs = chunk * (chunk + 1) // 2
+            x = np.array([1, chunk, pairs, batch, 224 * batch, batch + 1], dtype=float)
+            samples.append(dict(num_prefill_tokens=chunk, prefill_attention_pairs=pairs, num_decode_tokens=batch,
+                                decode_context_sum=224 * batch, num_seqs=batch + 1,
+                                time_s=float(x @ coef) * (1 + 0.2 * rng.standard_normal())))
+    p = tmp_path / "prof.json"
+    p.write_text(json.dumps({"format": "paged-step-profile/1", "model": "smollm2-135m", "device": "cpu",
+                             "dtype": "float32", "block_size": 16, "num_threads": 1, "samples": samples}))
+    fit = fit_profile(p)
+    assert fit.decode_corrections_s and not fit.prefill_corrections_s
+    assert "for decode steps" in fit.cost_model.description
+    assert fit.heldout_mape < fit.line_heldout_mape
+    for batch in (1, 2, 3, 4):
+        expected = coef @ [1, 0, 0, batch, 300 * batch, batch] + BUMPS.get(batch, 0.0)
+        got = fit.cost_model.step_seconds(num_decode_tokens=batch, decode_context_sum=300 * batch, num_seqs=batch)
+        assert got == pytest.approx(expected, rel=0.05), batch
