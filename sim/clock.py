@@ -39,6 +39,8 @@ class Environment(simpy.Environment):
         queue = self._queue
         if queue and tick >= queue[0][0]:
             return False
+        if tick < self._now:
+            raise ValueError(f"try_advance({tick}): a time before now={self._now} (a negative step duration?)")
         self._now = tick
         return True
 
