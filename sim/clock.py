@@ -9,7 +9,7 @@ Ties: a request arriving at exactly the time a step ends is seen by the next `sc
 Arrivals are therefore scheduled with simpy's URGENT priority, so that at equal times they
 are processed before any replica's step event, however the events were created.
 
-`Environment.advance` lets a replica whose step ends strictly before the next queued event run
+`Environment.try_advance` lets a replica whose step ends strictly before the next queued event run
 the next step at once instead of yielding a Timeout: nothing else could run in between, so the
 order is the one the Timeout would give, without the event's cost.
 """
@@ -32,12 +32,17 @@ def to_ticks(seconds: float) -> int:
 class Environment(simpy.Environment):
     """simpy's environment, whose clock an actor may move to a time before the next queued event."""
 
-    def advance(self, tick: int) -> None:
-        """Move `now` to `tick`, which must come strictly before `peek()`: as if a Timeout to it
-        had been the next event processed."""
-        if not self._now <= tick < self.peek():
-            raise ValueError(f"advance({tick}): expected a time in [now={self._now}, next event={self.peek()})")
+    def try_advance(self, tick: int) -> bool:
+        """Move `now` to `tick` if it comes strictly before the next queued event (True): as if a
+        Timeout to it had been the next event processed. Else change nothing (False): the caller
+        yields a Timeout. One look at the queue, once a step."""
+        queue = self._queue
+        if queue and tick >= queue[0][0]:
+            return False
+        if tick < self._now:
+            raise ValueError(f"try_advance({tick}): a time before now={self._now} (a negative step duration?)")
         self._now = tick
+        return True
 
 
 class UrgentTimeout(Timeout):

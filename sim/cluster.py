@@ -36,8 +36,12 @@ class Cluster:
             raise ValueError(f"workload {workload.name!r} has arrivals until {last:.4g} s: the simulator's clock "
                              f"holds at most {MAX_TRACE_SPAN_S:.4g} s (are the timestamps in the unit the format "
                              "expects?)")
-        # when each request reaches the router and the replicas
-        self.arrival_ticks = np.round(workload.arrival_s * TICKS_PER_S).astype(np.int64) + frontend_latency_ticks
+        # When each request reaches the router and the replicas, and its lengths: Python lists, read
+        # once per request (a numpy element read costs a call and a conversion).
+        self.arrival_ticks = (np.round(workload.arrival_s * TICKS_PER_S).astype(np.int64)
+                              + frontend_latency_ticks).tolist()
+        self._prompt_tokens = workload.num_prompt_tokens.astype(np.int64).tolist()
+        self._output_tokens = workload.num_output_tokens.astype(np.int64).tolist()
         self.num_requests = len(workload)
         self.next_index = 0
         self._params: dict[int, SamplingParams] = {}
@@ -55,15 +59,15 @@ class Cluster:
 
     def next_arrival(self) -> int | None:
         i = self.next_index
-        return self.arrival_ticks.item(i) if i < self.num_requests else None
+        return self.arrival_ticks[i] if i < self.num_requests else None
 
     def _arrivals(self):
-        env, tick = self.env, self.arrival_ticks.item
+        env = self.env
         every = max(1, self.num_requests // 200)
-        for i in range(self.num_requests):
-            t = tick(i)
-            if t > env.now:
-                yield UrgentTimeout(env, t - env.now)
+        for i, t in enumerate(self.arrival_ticks):
+            now = env.now
+            if t > now:
+                yield UrgentTimeout(env, t - now)
             self.next_index = i + 1
             self._deliver(i, t)
             if self.progress is not None and (i + 1) % every == 0:
@@ -79,11 +83,11 @@ class Cluster:
                 extra["business_value"] = float(w.business_value[i])
             if w.deadline_s is not None:
                 extra["deadline"] = float(w.deadline_s[i])
-        max_tokens = int(w.num_output_tokens.item(i))  # item(): a Python number, without a numpy scalar
+        max_tokens = self._output_tokens[i]
         params = self._params.get(max_tokens)
         if params is None:  # shared by all requests of this length: the scheduler only reads them
             params = self._params[max_tokens] = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
-        req = Request(str(i), num_prompt_tokens=int(w.num_prompt_tokens.item(i)), sampling_params=params,
+        req = Request(str(i), num_prompt_tokens=self._prompt_tokens[i], sampling_params=params,
                       arrival_time=t / TICKS_PER_S,
                       prefix_hash_ids=w.prefix_ids(i) if w.prefix_index is not None else None,
                       hash_id_block_size=w.hash_id_block_size, **extra)

@@ -4,7 +4,7 @@ place of the GPU.
 The process is tiny: wait until there is work, then repeatedly `begin` a step (the
 scheduler decides, the cost model says how long) and `end` it (the scheduler learns what
 happened) after that much simulated time. No scheduling decision is taken here. A step that
-ends strictly before simpy's next queued event ends at once (`sim.clock.Environment.advance`),
+ends strictly before simpy's next queued event ends at once (`sim.clock.Environment.try_advance`),
 without a Timeout: the same order, fewer events.
 
 The fast path. After each step the scheduler says for how many next steps the decode batch
@@ -79,17 +79,16 @@ class Replica:
         env = self.env
         while True:
             yield self._wake
-            if self.timeseries.next_tick < env.now:  # woken by a timer: the samples due show the idle state
-                self._sample(env.now)
-            delay = self._begin(env.now)
+            now = env.now
+            if self.timeseries.next_tick < now:  # woken by a timer: the samples due show the idle state
+                self._sample(now)
+            delay = self._begin(now)
             while delay is not None:
-                end = env.now + delay
-                if end < env.peek():  # nothing else happens before the step ends
-                    env.advance(end)
-                else:
+                now += delay
+                if not env.try_advance(now):  # something else happens before the step ends
                     yield env.timeout(delay)
-                self._end(env.now)
-                delay = self._begin(env.now)
+                self._end(now)
+                delay = self._begin(now)
 
     # -- requests in --------------------------------------------------------------------------
     def add(self, req, now: int) -> None:

@@ -2,9 +2,11 @@
 SimConfig, replay the workload through them, and return a SimResult."""
 from __future__ import annotations
 
+import gc
 import math
 import time
 import warnings
+from contextlib import contextmanager
 from dataclasses import replace
 
 import numpy as np
@@ -125,6 +127,22 @@ def min_run_s(workload: Workload, config: SimConfig, cost: CostModel, cache: Cac
     return max(float(workload.arrival_s[-1]), own, shared)
 
 
+@contextmanager
+def few_young_collections(threshold: int = 10_000):
+    """Collect the youngest generation every `threshold` net container allocations instead of
+    CPython's 700, then restore the setting. A run keeps thousands of requests, block tables and
+    row tuples alive at once and makes almost no cyclic garbage (one full collection in an Azure
+    conversation run frees ~400 objects), so the default collector traversed live objects ~60
+    times per run for nothing: 4% of the simulation's time. Garbage is the same, only collected
+    less often; the results cannot depend on it."""
+    old = gc.get_threshold()
+    gc.set_threshold(max(threshold, old[0]), *old[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*old)
+
+
 def simulate(workload: Workload, config: SimConfig | None = None, *, stop_on_miss: SLO | None = None,
              **overrides) -> SimResult:
     """Replay `workload` on the deployment `config` describes (keyword overrides change fields).
@@ -155,7 +173,8 @@ def simulate(workload: Workload, config: SimConfig | None = None, *, stop_on_mis
     cluster = Cluster(env, workload, schedulers, cost, router, log, to_ticks(interval), max_samples, config.fast_path,
                       progress, frontend_latency_ticks)
     try:
-        env.run()
+        with few_young_collections():
+            env.run()
     except SLOMissed:
         pass
     log.flush()

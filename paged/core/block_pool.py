@@ -164,10 +164,9 @@ class BlockPool:
                 else:
                     lru[b.block_id] = b
 
-    def free_unshared(self, blocks) -> None:
+    def free_unshared(self, blocks: list[Block]) -> None:
         """`free` for blocks that only their one holder ever held and that were never cached
         (a length-only request's): straight back on the plain stack, in the order given."""
-        blocks = list(blocks)
         for b in blocks:
             b.ref_cnt = 0
         self._plain.extend(blocks)

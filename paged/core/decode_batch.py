@@ -13,6 +13,8 @@ lets it take k of them at once with a result identical to k single steps.
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_right
+from itertools import accumulate
 
 from .request import Request
 
@@ -117,12 +119,9 @@ class DecodeBatch:
         if n == 0:
             return k_max
         bs, c = self.block_size, self.clock % self.block_size
-        sizes = self._bucket_sizes[c:] + self._bucket_sizes[:c]
         cycles = min(k_max // bs, num_free_blocks // n)  # each whole cycle of bs steps needs n blocks
         k, free = cycles * bs, num_free_blocks - cycles * n
-        for s in sizes:
-            if k >= k_max or s > free:
-                break
-            free -= s
-            k += 1
-        return k
+        # Then the steps of the next cycle while their blocks fit: the number of its running totals
+        # (never decreasing) within what is left.
+        totals = list(accumulate(self._bucket_sizes[c:] + self._bucket_sizes[:c]))
+        return k + min(bisect_right(totals, free), k_max - k)

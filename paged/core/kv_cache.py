@@ -98,7 +98,7 @@ class KVCacheManager:
         would need (changing nothing), so that a failed admission is planned once, not twice."""
         rid = request.request_id
         table = self.tables.get(rid)
-        num_new_blocks, cow, from_free = self._plan(request, table, num_new_tokens, computed_blocks)
+        start, num_new_blocks, cow, from_free = self._plan(request, table, num_new_tokens, computed_blocks)
         pool = self.pool
         short = from_free + reserve - pool.num_free_blocks
         if short > 0:
@@ -106,7 +106,6 @@ class KVCacheManager:
         if table is None:
             table = self.tables[rid] = BlockTable(self.block_size)
         bs = self.block_size
-        start = request.num_computed_tokens + len(computed_blocks) * bs
         if computed_blocks:
             pool.touch(computed_blocks)
             table.extend(computed_blocks)
@@ -124,12 +123,13 @@ class KVCacheManager:
 
     def free_blocks_needed(self, request: Request, num_new_tokens: int, computed_blocks: list[Block] = ()) -> int:
         """The free blocks `allocate_slots` would take now (it allocates nothing)."""
-        return self._plan(request, self.tables.get(request.request_id), num_new_tokens, computed_blocks)[2]
+        return self._plan(request, self.tables.get(request.request_id), num_new_tokens, computed_blocks)[3]
 
     def _plan(self, request: Request, table: BlockTable | None, num_new_tokens: int,
-              computed_blocks) -> tuple[int, bool, int]:
-        """For an allocation to the request's `table`: (new blocks, whether the first block written
-        must be copied first, blocks taken from the free lists, cached hits on free blocks included)."""
+              computed_blocks) -> tuple[int, int, bool, int]:
+        """For an allocation to the request's `table`: (the first token written, new blocks, whether
+        the block it lands in must be copied first, blocks taken from the free lists, cached hits
+        on free blocks included)."""
         bs = self.block_size
         start = request.num_computed_tokens + len(computed_blocks) * bs
         # A partly filled block being written lives in the table (prefix hits are whole blocks).
@@ -149,7 +149,7 @@ class KVCacheManager:
         from_free = num_new_blocks + cow
         if computed_blocks:
             from_free += sum(b.ref_cnt == 0 for b in computed_blocks)
-        return num_new_blocks, cow, from_free
+        return start, num_new_blocks, cow, from_free
 
     def num_exclusive_blocks(self, request: Request) -> int:
         """Device blocks only this request holds: what preempting it frees."""
@@ -212,7 +212,7 @@ class KVCacheManager:
             if request.has_content or request.sampling_params.n > 1:
                 self.pool.free(reversed(table.blocks))
             else:  # no cache hit or fork can have shared them: no reference counting to do
-                self.pool.free_unshared(reversed(table.blocks))
+                self.pool.free_unshared(table.blocks[::-1])
         cpu = self.cpu_tables.pop(request.request_id, None)
         if cpu is not None:
             self.cpu_pool.free(reversed(cpu))

@@ -28,6 +28,10 @@ class RequestStatus(enum.IntEnum):
         return self >= RequestStatus.FINISHED_STOPPED
 
 
+# The members as plain module names for the hot paths: reading an enum member off its class costs
+# ~80 ns in CPython 3.11 (a descriptor call), a module global ~10 ns.
+WAITING, RUNNING, SWAPPED, FINISHED_STOPPED, FINISHED_LENGTH, FINISHED_ABORTED, REJECTED = RequestStatus
+
 FINISH_REASONS = {
     RequestStatus.FINISHED_STOPPED: "stop",
     RequestStatus.FINISHED_LENGTH: "length",
@@ -225,11 +229,13 @@ class Request:
 
     @property
     def num_tokens(self) -> int:
-        return self.num_prompt_tokens + self.num_output_tokens
+        n = self.num_prompt_tokens + self.num_output_base  # num_output_tokens inlined: read at every admission
+        b = self.decode_batch
+        return n if b is None else n + b.clock - self.batch_clock0
 
     @property
     def is_finished(self) -> bool:
-        return self.status >= RequestStatus.FINISHED_STOPPED
+        return self.status >= FINISHED_STOPPED
 
     @property
     def finish_reason(self) -> str | None:

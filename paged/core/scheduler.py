@@ -20,7 +20,7 @@ from itertools import chain
 
 from .config import CacheConfig, SchedulerConfig
 from .decode_batch import DecodeBatch
-from .request import Request, RequestStatus
+from .request import FINISHED_LENGTH, FINISHED_STOPPED, RUNNING, SWAPPED, WAITING, Request
 from .request_queue import RequestQueue
 from .scheduler_base import BaseScheduler
 from .scheduler_output import SchedulerOutput
@@ -31,7 +31,7 @@ class Scheduler(BaseScheduler):
         super().__init__(cache_config, scheduler_config)
         self.decode = DecodeBatch(cache_config.block_size)
         self.prefilling: dict[Request, None] = {}  # running requests scheduled one by one
-        self.swapped = RequestQueue(self.policy, RequestStatus.SWAPPED, self.kv)
+        self.swapped = RequestQueue(self.policy, SWAPPED, self.kv)
         self._admission_blocked = False  # the last admission attempt failed for a lasting reason
         # Tokens one prompt may schedule in a step: the per-prompt cap only splits prompts when
         # chunking is on; without it prompts go whole.
@@ -39,6 +39,7 @@ class Scheduler(BaseScheduler):
         self._prefill_cap = ((cfg.long_prefill_token_threshold if cfg.enable_chunked_prefill else 0)
                              or cfg.max_num_batched_tokens)
         self._now = 0.0  # the time of the step being scheduled
+        self._watermark_blocks = cache_config.watermark_blocks  # kept free at admission while anything runs
 
     @property
     def num_running(self) -> int:
@@ -56,15 +57,15 @@ class Scheduler(BaseScheduler):
 
     def _remove(self, req: Request) -> None:
         st = req.status
-        if st == RequestStatus.RUNNING:
+        if st == RUNNING:
             if req.decode_batch is not None:
                 self.decode.leave(req)
             else:
                 del self.prefilling[req]
             self.kv.cache_full_blocks(req, req.num_computed_base)
-        elif st == RequestStatus.WAITING:
+        elif st == WAITING:
             self.waiting.discard(req)
-        elif st == RequestStatus.SWAPPED:
+        elif st == SWAPPED:
             self.swapped.discard(req)
 
     # -- scheduling ---------------------------------------------------------------------------
@@ -91,7 +92,7 @@ class Scheduler(BaseScheduler):
         threshold = self._prefill_cap
         if self.prefilling:
             for req in sorted(self.prefilling, key=policy.victim_key):
-                if req.status != RequestStatus.RUNNING or budget <= 0:
+                if req.status != RUNNING or budget <= 0:
                     continue
                 n = min(req.num_tokens - req.num_computed_base, budget, threshold)
                 while not kv.allocate_slots(req, n):
@@ -120,7 +121,7 @@ class Scheduler(BaseScheduler):
             seqs = self._seqs_of(req)
             if reserved + seqs > cfg.max_num_seqs:
                 blocked, got = "seqs", reserved + seqs - cfg.max_num_seqs
-            elif req.status == RequestStatus.SWAPPED:
+            elif req.status == SWAPPED:
                 blocked, got = self._swap_in(req, budget, threshold, out)
             else:
                 blocked, got = self._admit(req, budget, threshold, now, out)
@@ -173,13 +174,13 @@ class Scheduler(BaseScheduler):
     def _swap_in(self, req: Request, budget: int, threshold: int, out: SchedulerOutput) -> tuple[str | None, int]:
         """Bring a swapped request back: (None, tokens scheduled for it) or ("blocks", blocks short)."""
         kv = self.kv
-        reserve = self.cache_config.watermark_blocks if self.num_running else 0
+        reserve = self._watermark_blocks if self.decode.members or self.prefilling else 0
         mapping = kv.swap_in(req, reserve)
         if mapping is None:
             return "blocks", kv.num_swapped_blocks(req) + reserve - kv.num_free_blocks
         self.swapped.pop()
         out.blocks_to_swap_in.extend(mapping)
-        req.status = RequestStatus.RUNNING
+        req.status = RUNNING
         kv.cache_full_blocks(req, req.num_computed_base)
         self.prefilling[req] = None
         n = min(req.num_tokens - req.num_computed_base, budget, threshold)
@@ -194,18 +195,19 @@ class Scheduler(BaseScheduler):
         ("blocks", blocks short) or ("budget", 0)."""
         kv = self.kv
         hits, num_hit = kv.get_computed_blocks(req)
-        n_new = req.num_tokens - num_hit
+        num_tokens = req.num_tokens
+        n_new = num_tokens - num_hit
         n = min(n_new, budget, threshold)
         if n < n_new and not self.config.enable_chunked_prefill:
             return "budget", 0
-        reserve = self.cache_config.watermark_blocks if self.num_running else 0
+        reserve = self._watermark_blocks if self.decode.members or self.prefilling else 0
         short = kv.try_allocate_slots(req, n, hits, reserve)
         if short:
             return "blocks", short
         self.waiting.pop()
-        req.status = RequestStatus.RUNNING
+        req.status = RUNNING
         req.num_computed_base = num_hit
-        kv.record_prefix_query(req.num_tokens, num_hit)
+        kv.record_prefix_query(num_tokens, num_hit)
         if req.num_cached_tokens < 0:
             req.num_cached_tokens = num_hit
         if req.first_scheduled_time is None:
@@ -299,17 +301,17 @@ class Scheduler(BaseScheduler):
                         stopped.append(req)
         # Counters move with the clock, so members leave only after it has advanced.
         for req in dec.advance():
-            if req.status == RequestStatus.RUNNING and req not in stopped:
-                self._finish(req, RequestStatus.FINISHED_LENGTH, now)
+            if req.status == RUNNING and req not in stopped:
+                self._finish(req, FINISHED_LENGTH, now)
                 finished.append(req)
         for req in stopped:
-            self._finish(req, RequestStatus.FINISHED_STOPPED, now)
+            self._finish(req, FINISHED_STOPPED, now)
             finished.append(req)
 
         kv = self.kv
         num_cached = len(kv.pool.cached)
         for req, n in zip(out.prefill_requests, out.prefill_num_tokens, strict=True):
-            if req.status != RequestStatus.RUNNING or req.decode_batch is not None:
+            if req.status != RUNNING or req.decode_batch is not None:
                 continue  # aborted since the step was scheduled
             req.num_computed_base += n
             kv.cache_full_blocks(req, req.num_computed_base)
@@ -334,9 +336,9 @@ class Scheduler(BaseScheduler):
         if toks is not None:
             req.output_token_ids.append(toks[0])
             if toks[0] in req.stop_token_ids:
-                status = RequestStatus.FINISHED_STOPPED
+                status = FINISHED_STOPPED
         if status is None and req.num_output_base >= req.max_output_tokens:
-            status = RequestStatus.FINISHED_LENGTH
+            status = FINISHED_LENGTH
         if status is not None:
             self._finish(req, status, now)
             finished.append(req)
@@ -362,7 +364,7 @@ class Scheduler(BaseScheduler):
             child.stop_token_ids = parent.stop_token_ids
             child.parent, child.index, child.seq = parent, i, parent.seq + i  # just after its parent
             child.max_output_tokens = parent.max_output_tokens
-            child.status = RequestStatus.RUNNING
+            child.status = RUNNING
             child.num_computed_base = parent.num_computed_base
             child.num_cached_tokens = parent.num_cached_tokens
             child.first_scheduled_time = parent.first_scheduled_time
@@ -386,7 +388,7 @@ class Scheduler(BaseScheduler):
         if (self.waiting or self.swapped) and not self._admission_blocked and not self._head_stays_blocked():
             return 0
         k = dec.steps_to_next_finish()
-        return dec.steps_with_blocks(self.kv.num_free_blocks, k)
+        return dec.steps_with_blocks(self.kv.pool.num_free_blocks, k)
 
     def _head_stays_blocked(self) -> bool:
         """Whether the next step, if pure decode, finds the queue's head blocked for a lasting reason,
@@ -403,7 +405,7 @@ class Scheduler(BaseScheduler):
         if head is None:
             return False
         if len(dec.members) + self._seqs_of(head) <= cfg.max_num_seqs:  # else short of sequences
-            if head.status == RequestStatus.SWAPPED:
+            if head.status == SWAPPED:
                 need = kv.num_swapped_blocks(head)
             else:
                 hits, num_hit = kv.get_computed_blocks(head)
@@ -412,7 +414,7 @@ class Scheduler(BaseScheduler):
                 if n < n_new and not cfg.enable_chunked_prefill:
                     return False  # short of budget: that may clear at the next step
                 need = kv.free_blocks_needed(head, n, hits)
-            if need + self.cache_config.watermark_blocks <= kv.num_free_blocks - crossing:
+            if need + self._watermark_blocks <= kv.pool.num_free_blocks - crossing:
                 return False  # it fits: the next step admits it
         self._admission_blocked = True
         return True
@@ -444,7 +446,7 @@ class Scheduler(BaseScheduler):
                         raise ValueError(f"advance_decode_steps({k}): the pool ran out of blocks at step {j}")
         finished = dec.advance(k)
         for req in finished:
-            self._finish(req, RequestStatus.FINISHED_LENGTH, now)
+            self._finish(req, FINISHED_LENGTH, now)
         self._count_step(n, n, k)
         return finished
 

@@ -24,7 +24,7 @@ from .config import CacheConfig, SchedulerConfig
 from .kv_cache import KVCacheManager
 from .metrics import SchedulerStats
 from .policies import make_policy
-from .request import Request, RequestStatus
+from .request import FINISHED_ABORTED, FINISHED_STOPPED, REJECTED, WAITING, Request, RequestStatus
 from .request_queue import RequestQueue
 from .scheduler_output import SchedulerOutput
 
@@ -37,7 +37,7 @@ class BaseScheduler(ABC):
         self.block_size = cache_config.block_size
         self.kv = KVCacheManager(cache_config)
         self.policy = make_policy(scheduler_config.policy)
-        self.waiting = RequestQueue(self.policy, RequestStatus.WAITING, self.kv)
+        self.waiting = RequestQueue(self.policy, WAITING, self.kv)
         self.requests: dict[str, Request] = {}  # unfinished requests by id
         self.capacity_tokens = cache_config.num_gpu_slots
         self.max_len = min(scheduler_config.max_model_len, self.capacity_tokens)
@@ -148,7 +148,7 @@ class BaseScheduler(ABC):
                                                self.max_len - request.num_prompt_tokens))
         reason = self._reject_reason(request)
         if reason is not None:
-            request.status = RequestStatus.REJECTED
+            request.status = REJECTED
             request.stop_reason = reason
             self.num_rejected += 1
             return
@@ -160,10 +160,10 @@ class BaseScheduler(ABC):
         """Stop a request in any state and release all its blocks."""
         req = self.requests.get(request_id)
         if req is not None:
-            self._finish(req, RequestStatus.FINISHED_ABORTED, now)
+            self._finish(req, FINISHED_ABORTED, now)
         return req
 
-    def finish_request(self, request_id: str, now: float, status=RequestStatus.FINISHED_STOPPED) -> None:
+    def finish_request(self, request_id: str, now: float, status=FINISHED_STOPPED) -> None:
         """For the driver: end a request for a reason only it can see (a stop string)."""
         req = self.requests.get(request_id)
         if req is not None:
@@ -180,7 +180,7 @@ class BaseScheduler(ABC):
         req.status = status
         req.finished_time = now
         del self.requests[req.request_id]
-        if status == RequestStatus.FINISHED_ABORTED:
+        if status == FINISHED_ABORTED:
             self.num_aborted += 1
         else:
             self.num_finished += 1
