@@ -73,6 +73,14 @@ class Cluster:
             if self.progress is not None and (i + 1) % every == 0:
                 self.progress.update(every)
 
+    @staticmethod
+    def _prompt_ids(req: Request) -> list[int] | None:
+        """The ids a router may read: a real router sees the prompt, never the answer to come."""
+        ids = req.prefix_hash_ids
+        if ids is None or not req.hash_ids_cover_output:
+            return ids
+        return ids[:-(-req.num_prompt_tokens // req.hash_id_block_size)]
+
     def _deliver(self, i: int, t: int) -> None:
         w = self.workload
         extra = {}
@@ -90,7 +98,7 @@ class Cluster:
         req = Request(str(i), num_prompt_tokens=self._prompt_tokens[i], sampling_params=params,
                       arrival_time=t / TICKS_PER_S,
                       prefix_hash_ids=w.prefix_ids(i) if w.prefix_index is not None else None,
-                      hash_id_block_size=w.hash_id_block_size, **extra)
+                      hash_id_block_size=w.hash_id_block_size, hash_ids_cover_output=w.ids_cover_output, **extra)
         replicas = self.replicas
-        r = replicas[0] if len(replicas) == 1 else replicas[self.router.route(req.prefix_hash_ids, replicas)]
+        r = replicas[0] if len(replicas) == 1 else replicas[self.router.route(self._prompt_ids(req), replicas)]
         r.add(req, t)

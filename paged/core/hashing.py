@@ -55,8 +55,9 @@ def extend_block_hashes(request: Request, block_size: int, num_blocks: int) -> l
     """Make `request.block_hashes` hold at least `num_blocks` hashes where the content is known.
 
     Only full blocks get a hash. Requests with neither token ids nor hash ids get none: their
-    blocks can never be shared, which is what a length-only trace means. Past what a request's hash
-    ids name, its blocks are its own (`own_block_hashes`).
+    blocks can never be shared, which is what a length-only trace means. Hash ids name the prompt,
+    or the prompt and the output where `Request.hash_ids_cover_output` says so; past what they
+    name, a request's blocks are its own (`own_block_hashes`).
     """
     hashes = request.block_hashes
     have = len(hashes)
@@ -71,12 +72,14 @@ def extend_block_hashes(request: Request, block_size: int, num_blocks: int) -> l
                                          request.extra_keys))
     elif request.prefix_hash_ids is not None:
         id_size = request.hash_id_block_size
-        covered = min(request.num_prompt_tokens, len(request.prefix_hash_ids) * id_size)
+        num_blocks = min(num_blocks, request.num_tokens // block_size)
+        covered = len(request.prefix_hash_ids) * id_size
+        if not request.hash_ids_cover_output:
+            covered = min(covered, request.num_prompt_tokens)
         named = min(num_blocks, covered // block_size)
         if have < named:
             hashes.extend(id_block_hashes(request.prefix_hash_ids, id_size, block_size, named, have,
                                           request.extra_keys))
-        num_blocks = min(num_blocks, request.num_tokens // block_size)
         if len(hashes) < num_blocks:
             hashes.extend(own_block_hashes(request, len(hashes), num_blocks, hashes[-1] if hashes else None))
     return hashes

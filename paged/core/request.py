@@ -120,6 +120,7 @@ class Request:
 
     __slots__ = (
         "request_id", "prompt_token_ids", "num_prompt_tokens", "prefix_hash_ids", "hash_id_block_size",
+        "hash_ids_cover_output",
         "sampling_params", "stop_token_ids", "arrival_time", "priority", "business_value", "deadline",
         "expected_output_tokens", "extra_keys", "max_output_tokens",
         "status", "stop_reason", "output_token_ids", "block_hashes",
@@ -139,6 +140,7 @@ class Request:
         arrival_time: float = 0.0,
         prefix_hash_ids: list[int] | None = None,
         hash_id_block_size: int = 512,
+        hash_ids_cover_output: bool = False,
         priority: int = 0,
         business_value: float = 0.0,
         deadline: float = math.inf,
@@ -171,6 +173,9 @@ class Request:
         # Whether its blocks can be named for prefix caching: a length-only trace row cannot.
         self.has_content = prompt_token_ids is not None or prefix_hash_ids is not None
         self.hash_id_block_size = hash_id_block_size
+        # Whether the hash ids name the output too (a conversation's next turn names this answer) or
+        # only the prompt (Mooncake's: the last id may name a block the output does not fill).
+        self.hash_ids_cover_output = hash_ids_cover_output
         self.sampling_params = sampling_params
         # The tokens that end this request: the user's stop ids, and EOS (some models have
         # several) unless ignore_eos.

@@ -348,7 +348,8 @@ class Scheduler(BaseScheduler):
         # else: it stays in `prefilling`, so its next write goes through copy-on-write
 
     def _fork(self, parent: Request, toks) -> list[tuple[Request, list[int] | None]]:
-        """Parallel sampling: n sequences share the prompt's blocks after its prefill."""
+        """Parallel sampling: n sequences share the prompt's blocks after its prefill. A child's
+        hash ids name its prompt only: the output they may name is the parent's."""
         n = parent.sampling_params.n
         family = [(parent, toks[0:1] if toks is not None else None)]
         for i in range(1, n):

@@ -4,9 +4,9 @@ sends it; the next turn arrives after a think time.
 
 The requests carry prefix ids, one per `block_size` tokens of the conversation (ids shared by
 all conversations for the system prompt, then ids of the conversation's own), so that a turn's
-ids extend the previous turn's and a prefix cache can serve the history. As in the simulator's
-other traces, only the prompt's blocks are named: an answer's tokens are computed again as part
-of the next prompt, where its blocks get their ids.
+ids extend the previous turn's and a prefix cache can serve the history. A turn's ids name its
+answer too (`Workload.ids_cover_output`): an engine caches the answer's blocks as it writes them,
+and the next turn, whose prompt holds the answer, hits them. Routers see only the prompt's ids.
 
 Arrivals are open-loop: conversations start as a Poisson process, and a turn arrives a think
 time (exponential) after the previous one arrived, whether it has been answered or not, so a
@@ -58,7 +58,7 @@ def conversation_workload(shape: ConversationShape = ConversationShape(), seed: 
             p = history + int(users[k])
             if p + int(answers[k]) > s.max_model_len:
                 break
-            need = -(-(p - s.system_prompt_tokens) // block_size)
+            need = -(-(p + int(answers[k]) - s.system_prompt_tokens) // block_size)
             extra = max(0, need - len(own))
             own.extend(range(next_id, next_id + extra))
             next_id += extra
@@ -75,4 +75,5 @@ def conversation_workload(shape: ConversationShape = ConversationShape(), seed: 
     arrival_s = np.asarray(arrival)[order]
     return Workload(arrival_s - arrival_s[0], np.asarray(prompt, dtype=np.int64)[order],
                     np.asarray(output, dtype=np.int64)[order], prefix_index=np.arange(len(order), dtype=np.int64),
-                    prefix_values=values, prefix_offsets=offsets, hash_id_block_size=block_size, name=name)
+                    prefix_values=values, prefix_offsets=offsets, hash_id_block_size=block_size, ids_cover_output=True,
+                    name=name)

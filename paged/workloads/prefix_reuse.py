@@ -6,8 +6,10 @@ than one cache that holds everything all of them hold, and sees every request. T
 simulator's: blocks of `block_size` tokens named as the replicas name them
 (`paged.core.hashing.id_block_hashes`), a hit is the leading run of a prompt's blocks in the
 cache (never its last token), and a request's blocks are inserted as it arrives, tail first, so
-that its start is the most recently used (the replicas free tail first). It is an idealisation:
-no block is pinned by a running request, and an answer's blocks are not cached.
+that its start is the most recently used (the replicas free tail first). Like the replicas, it
+caches every full block of a request, its answer's too: blocks past what its ids name are its
+own (`paged.core.hashing.own_block_hashes`), so they take room and hit nothing. It is an
+idealisation: no block is pinned by a running request.
 """
 from __future__ import annotations
 
@@ -20,21 +22,26 @@ from .workload import Workload
 
 def pooled_lru_hit_rate(workload: Workload, capacity_blocks: int, block_size: int = 16) -> float:
     """The share of prompt tokens hit by one LRU cache of `capacity_blocks` blocks."""
-    lru: OrderedDict[bytes, None] = OrderedDict()
+    lru: OrderedDict[bytes | tuple[int, int], None] = OrderedDict()
     hit = 0
     id_size = workload.hash_id_block_size
+    out = workload.num_output_tokens
     for i in range(len(workload)):
         ids = workload.prefix_ids(i)
         if not ids:
             continue
         p = int(workload.num_prompt_tokens[i])
-        hashes = id_block_hashes(ids, id_size, block_size, min(p, len(ids) * id_size) // block_size)
+        tokens = p + int(out[i])
+        named = min(tokens if workload.ids_cover_output else p, len(ids) * id_size) // block_size
+        hashes = id_block_hashes(ids, id_size, block_size, named)
         run = 0
         for h in hashes[:(p - 1) // block_size]:
             if h not in lru:
                 break
             run += 1
         hit += run * block_size
+        for k in range(tokens // block_size - 1, named - 1, -1):  # its own blocks, tail first
+            lru[(i, k)] = None
         for h in reversed(hashes):
             lru[h] = None
             lru.move_to_end(h)

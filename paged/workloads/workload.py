@@ -32,6 +32,7 @@ class Workload:
     prefix_values: np.ndarray | None = None  # int64: all sequences of prefix block ids, concatenated
     prefix_offsets: np.ndarray | None = None  # int64: sequence s is values[offsets[s]:offsets[s+1]]
     hash_id_block_size: int = 512  # tokens per prefix id
+    ids_cover_output: bool = False  # prefix ids name the output too (a conversation's next turn holds it)
     priority: np.ndarray | None = None  # optional per-request fields of paged.Request
     business_value: np.ndarray | None = None
     deadline_s: np.ndarray | None = None  # absolute, on the arrival clock
