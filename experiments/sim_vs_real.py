@@ -158,7 +158,9 @@ class StepLog:
     """The engine's runner, wrapped to keep each step's shape (the cost model's features) and its
     forward time: the cost model can then be checked on the very steps the replay ran. It also
     keeps the longest decode context, which the cost model does not see (how spread a batch's
-    contexts are changes how the CPU attention groups them, `kernels.torch_path`)."""
+    contexts are changes how the CPU attention groups them, `kernels.torch_path`). The replay adds
+    each step's wall time and its thread's CPU time: a step slower than the model with as much CPU
+    time as wall time did more work or waited on memory; one with less waited for a core."""
 
     def __init__(self, runner) -> None:
         self.runner = runner
@@ -204,9 +206,9 @@ def replay(engine: LLMEngine, workload: Workload) -> tuple[pd.DataFrame, pd.Data
             if not engine.has_unfinished_requests():
                 time.sleep(max(0.0, t0 + arrival[i] - time.monotonic()))
                 continue
-            start = time.monotonic()
+            start, cpu = time.monotonic(), time.thread_time()
             finished = [o for o in engine.step() if o.finished]
-            log.rows[-1].update(start_s=start - t0, step_s=time.monotonic() - start)
+            log.rows[-1].update(start_s=start - t0, step_s=time.monotonic() - start, cpu_s=time.thread_time() - cpu)
             for o in finished:
                 done[int(o.request_id)] = o
     finally:
@@ -416,7 +418,8 @@ def describe(c: dict, fit: ProfileFit, table: pd.DataFrame, steps: pd.DataFrame)
         print(f"  added to the line, {kind}: "
               + (", ".join(f"{n}: {1e3 * v:+.1f} ms" for n, v in corrections.items()) or "nothing"))
     print(f"steps: {c['num_steps']['predicted']} simulated, {c['num_steps']['measured']} run; outside the forward "
-          f"{1e3 * c['outside_forward_s_per_step']:.2f} ms a step")
+          f"{1e3 * c['outside_forward_s_per_step']:.2f} ms a step; the engine's thread ran on a core "
+          f"{c['step_cpu_share']:.1%} of its steps' time (the rest it waited for one: other processes)")
     moved = ", ".join(f"x{v:.3f} ({kind})" for kind, v in c["profile_after_replay_over_before"].items())
     print(f"the profile's shapes, re-measured after the replay, took {moved or '(no shape in common)'} their time "
           "in the profile")
@@ -471,6 +474,7 @@ def run(args: argparse.Namespace, setup: Setup) -> int:
         "step_time_s": {"predicted": float(steps.predicted_s.sum()), "measured": float(steps.step_s.sum()),
                         "median_abs_rel_error": float(steps.rel_error.abs().median())},
         "outside_forward_s_per_step": float((steps.step_s - steps.forward_s).mean()),
+        "step_cpu_share": float(steps.cpu_s.sum() / steps.step_s.sum()),
         "profile_after_replay_over_before": slower,
         "hindsight": {"step_scale": step_scale,
                       "rel_error": {r.metric: r.rel_error for r in hindsight.itertuples() if r.metric in GOAL_METRICS}},
