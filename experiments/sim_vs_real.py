@@ -24,9 +24,12 @@ equal and at spread contexts (`ProfileGrid.decode_spreads`), which bracket a rea
 model is fitted to both. (c) The machine is shared: while the replay runs, the work on the other
 core slows the engine's steps by 5-35% for tens of seconds at a time (memory and caches are shared;
 priority does not help), and in the quiet stretches the cost model is within 1-2% of the steps
-(`*_steps.csv`, grouped by start time). The profile is timed in interleaved rounds in random order
-and keeps each step's mean (`paged.engine.profile`), so it sees the same mix of busy and quiet as
-long as the background does not change; the script re-profiles afterwards to show how much it did.
+(`*_steps.csv`, grouped by start time; its `cpu_s` tells a step that waited for a core from one
+that ran slower). The profile reads what the replay reads: a KV cache written by real prefills
+(over the zeros of a new engine the same steps took 5-7% less time) and scattered block tables.
+It is timed in interleaved rounds in random order and keeps each step's mean (`paged.engine.profile`),
+so it sees the same mix of busy and quiet as long as the background does not change; the script
+re-profiles afterwards to show how much it did.
 (d) Latency errors come out larger than step-time errors: a slower engine holds each request longer,
 so more run together, each step has more sequences and takes longer still, and near saturation the
 queue grows. The simulator measures that amplification before the replay (the elasticity of each
