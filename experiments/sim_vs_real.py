@@ -24,9 +24,12 @@ equal and at spread contexts (`ProfileGrid.decode_spreads`), which bracket a rea
 model is fitted to both. (c) The machine is shared: while the replay runs, the work on the other
 core slows the engine's steps by 5-35% for tens of seconds at a time (memory and caches are shared;
 priority does not help), and in the quiet stretches the cost model is within 1-2% of the steps
-(`*_steps.csv`, grouped by start time). The profile is timed in interleaved rounds in random order
-and keeps each step's mean (`paged.engine.profile`), so it sees the same mix of busy and quiet as
-long as the background does not change; the script re-profiles afterwards to show how much it did.
+(`*_steps.csv`, grouped by start time; its `cpu_s` tells a step that waited for a core from one
+that ran slower). The profile reads what the replay reads: a KV cache written by real prefills
+(over the zeros of a new engine the same steps took 5-7% less time) and scattered block tables.
+It is timed in interleaved rounds in random order and keeps each step's mean (`paged.engine.profile`),
+so it sees the same mix of busy and quiet as long as the background does not change; the script
+re-profiles afterwards to show how much it did.
 (d) Latency errors come out larger than step-time errors: a slower engine holds each request longer,
 so more run together, each step has more sequences and takes longer still, and near saturation the
 queue grows. The simulator measures that amplification before the replay (the elasticity of each
@@ -158,7 +161,9 @@ class StepLog:
     """The engine's runner, wrapped to keep each step's shape (the cost model's features) and its
     forward time: the cost model can then be checked on the very steps the replay ran. It also
     keeps the longest decode context, which the cost model does not see (how spread a batch's
-    contexts are changes how the CPU attention groups them, `kernels.torch_path`)."""
+    contexts are changes how the CPU attention groups them, `kernels.torch_path`). The replay adds
+    each step's wall time and its thread's CPU time: a step slower than the model with as much CPU
+    time as wall time did more work or waited on memory; one with less waited for a core."""
 
     def __init__(self, runner) -> None:
         self.runner = runner
@@ -204,9 +209,9 @@ def replay(engine: LLMEngine, workload: Workload) -> tuple[pd.DataFrame, pd.Data
             if not engine.has_unfinished_requests():
                 time.sleep(max(0.0, t0 + arrival[i] - time.monotonic()))
                 continue
-            start = time.monotonic()
+            start, cpu = time.monotonic(), time.thread_time()
             finished = [o for o in engine.step() if o.finished]
-            log.rows[-1].update(start_s=start - t0, step_s=time.monotonic() - start)
+            log.rows[-1].update(start_s=start - t0, step_s=time.monotonic() - start, cpu_s=time.thread_time() - cpu)
             for o in finished:
                 done[int(o.request_id)] = o
     finally:
@@ -416,7 +421,8 @@ def describe(c: dict, fit: ProfileFit, table: pd.DataFrame, steps: pd.DataFrame)
         print(f"  added to the line, {kind}: "
               + (", ".join(f"{n}: {1e3 * v:+.1f} ms" for n, v in corrections.items()) or "nothing"))
     print(f"steps: {c['num_steps']['predicted']} simulated, {c['num_steps']['measured']} run; outside the forward "
-          f"{1e3 * c['outside_forward_s_per_step']:.2f} ms a step")
+          f"{1e3 * c['outside_forward_s_per_step']:.2f} ms a step; the engine's thread ran on a core "
+          f"{c['step_cpu_share']:.1%} of its steps' time (the rest it waited for one: other processes)")
     moved = ", ".join(f"x{v:.3f} ({kind})" for kind, v in c["profile_after_replay_over_before"].items())
     print(f"the profile's shapes, re-measured after the replay, took {moved or '(no shape in common)'} their time "
           "in the profile")
@@ -471,6 +477,7 @@ def run(args: argparse.Namespace, setup: Setup) -> int:
         "step_time_s": {"predicted": float(steps.predicted_s.sum()), "measured": float(steps.step_s.sum()),
                         "median_abs_rel_error": float(steps.rel_error.abs().median())},
         "outside_forward_s_per_step": float((steps.step_s - steps.forward_s).mean()),
+        "step_cpu_share": float(steps.cpu_s.sum() / steps.step_s.sum()),
         "profile_after_replay_over_before": slower,
         "hindsight": {"step_scale": step_scale,
                       "rel_error": {r.metric: r.rel_error for r in hindsight.itertuples() if r.metric in GOAL_METRICS}},

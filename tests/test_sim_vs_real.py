@@ -38,6 +38,7 @@ def test_sim_vs_real_quick(tmp_path):
         assert (requests[f"{side}_e2e"] >= requests[f"{side}_ttft"]).all()
     steps = pd.read_csv(tmp_path / "sim_vs_real_steps.csv")
     assert (steps.step_s >= steps.forward_s).all() and (steps.predicted_s > 0).all()
+    assert ((steps.cpu_s > 0) & (steps.cpu_s <= steps.step_s + 1e-3)).all()  # a thread's CPU time within its wall time
     assert set(pd.read_csv(tmp_path / "sim_vs_real.csv").metric) == set(METRICS)
     assert (tmp_path / "sim_vs_real.png").stat().st_size > 10_000
     assert (tmp_path / "profile.json").exists() and "[" in (tmp_path / "verdicts.txt").read_text()

@@ -15,6 +15,7 @@ router. Without a sink (the default) the pool pays one attribute test per call.
 """
 from __future__ import annotations
 
+import random
 from collections import OrderedDict
 from typing import Protocol
 
@@ -81,6 +82,13 @@ class BlockPool:
 
     def free_block_ids(self) -> set[int]:
         return {b.block_id for b in self._plain} | set(self._lru)
+
+    def shuffle_free_blocks(self, rng: random.Random) -> None:
+        """Hand the plain free blocks out in a random order from now on. A fresh pool hands out
+        block 0, 1, 2, ... so each request's blocks lie side by side; after minutes of serving,
+        blocks come back in the order requests finish and a request's table is scattered over the
+        cache. The engine's profiler times the scattered layout a serving engine reads."""
+        rng.shuffle(self._plain)
 
     def get_cached(self, block_hash) -> Block | None:
         return self.cached.get(block_hash)

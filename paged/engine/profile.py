@@ -3,8 +3,12 @@
 Every sample is a real engine step: a `SchedulerOutput` made by a real `Scheduler` from
 synthetic requests, carried out by the engine's own runner (same model, kernels, sampler), so
 the profile is what the engine does. The steps that only set a shape up (filling contexts,
-leaving a prefix in the cache) are applied to the scheduler without running the model: step
-time does not depend on the values in the KV cache, only on how much of it is read. Every step
+leaving a prefix in the cache) are applied to the scheduler without running the model, so a
+timed step reads whatever its blocks hold: before anything is timed, every block is written by
+a real prefill (`_Profiler.fill_cache`), so that it reads what a serving engine reads (a step's
+time depends on the values, not only on how many are read), and where (each set-up scheduler's
+free blocks are shuffled, so a request's blocks are scattered over the cache as in an engine
+that has served for a while). Every step
 is set up first, then all are timed in rounds in random order, and a sample's time_s is the mean
 of its timed rounds (`_Profiler.time_all` says why).
 
@@ -100,15 +104,42 @@ class _Profiler:
         self.skipped: list[str] = []
         self._ids = 0
 
-    def scheduler(self, setup_tokens: int = 0) -> Scheduler:
+    def fill_cache(self) -> None:
+        """Write every KV block as serving would: prompts of random tokens prefilled for real, block after
+        block, at most the grid's token budget a step.
+
+        Why: the set-up steps are not run, so a timed step attends to blocks that hold whatever was last
+        written there: zeros in a new engine. The time of a step depends on those values, not only on how
+        many are read: the same decode states took 5-7% longer (thread CPU time) over the KV cache the
+        requests of `experiments/sim_vs_real.py` had left than over a zeroed one (about a quarter of it
+        denormal floats in the attention), and the profile came out that much faster than the replay."""
+        cache = self.engine.scheduler.cache_config
+        size, max_model_len = cache.block_size, self.engine.scheduler.config.max_model_len
+        per_step = max(1, self.grid.max_num_batched_tokens // size)
+        per_request = max(1, (max_model_len - 1) // size)
+        for first in range(0, cache.num_gpu_blocks, per_step):
+            scheduler = self.scheduler(shuffle=False)
+            scheduler.kv.pool.allocate_n(first)  # a fresh pool hands out blocks in order: these prompts get the next
+            num_blocks = min(per_step, cache.num_gpu_blocks - first)
+            for start in range(0, num_blocks, per_request):
+                self.add(scheduler, self.tokens(min(size * min(per_request, num_blocks - start), max_model_len - 1)))
+            self.engine.runner.execute_model(scheduler.schedule(0.0), scheduler.kv)
+
+    def scheduler(self, setup_tokens: int = 0, shuffle: bool = True) -> Scheduler:
         """A fresh scheduler over the engine's KV tensors (its own empty pool and prefix cache), with a
-        token budget of at least `setup_tokens`: set-up prompts then all prefill in one (unrun) step."""
+        token budget of at least `setup_tokens`: set-up prompts then all prefill in one (unrun) step.
+        Its free blocks are shuffled: a fresh pool would give each request blocks side by side, which
+        an engine that has served for a while never reads (its requests' blocks are scattered over the
+        cache); the same decode batches took 1-2% longer scattered (`experiments/sim_vs_real.py`)."""
         cache = self.engine.scheduler.cache_config
         budget = max(self.grid.max_num_batched_tokens, setup_tokens)
-        return Scheduler(
+        scheduler = Scheduler(
             CacheConfig(num_gpu_blocks=cache.num_gpu_blocks, block_size=cache.block_size, watermark=0.0),
             SchedulerConfig(max_num_seqs=budget, max_num_batched_tokens=budget,
                             max_model_len=self.engine.scheduler.config.max_model_len))
+        if shuffle:
+            scheduler.kv.pool.shuffle_free_blocks(self.rng)  # the scattered block tables of a serving engine
+        return scheduler
 
     def tokens(self, n: int) -> list[int]:
         return [self.rng.randrange(self.engine.model_config.vocab_size) for _ in range(n)]
@@ -237,6 +268,7 @@ class _Profiler:
 def profile(engine: LLMEngine, grid: ProfileGrid | None = None, log=sys.stderr) -> dict:
     """Measure the grid on the engine; returns the profile as a JSON-ready dict."""
     profiler = _Profiler(engine, grid or ProfileGrid())
+    profiler.fill_cache()
     profiler.run()
     profiler.time_all()
     for note in profiler.skipped:

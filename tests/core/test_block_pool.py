@@ -1,4 +1,6 @@
 """BlockPool invariants under random operations (hypothesis stateful test)."""
+import random
+
 import hypothesis.strategies as st
 import pytest
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
@@ -25,6 +27,12 @@ class BlockPoolMachine(RuleBasedStateMachine):
         assert all(b.ref_cnt == 1 and b.block_hash is None for b in blocks)
         self.holders.append(blocks)
         self.taken += n
+
+    @rule(seed=st.integers(0, 1 << 16))
+    def shuffle(self, seed):
+        free = self.pool.free_block_ids()
+        self.pool.shuffle_free_blocks(random.Random(seed))
+        assert self.pool.free_block_ids() == free
 
     @precondition(lambda self: self.holders)
     @rule(i=st.integers(0, 100))
@@ -117,3 +125,14 @@ def test_hit_on_free_cached_block_takes_it_off_the_free_queue():
     hit = pool.get_cached("x")
     pool.touch([hit])
     assert hit is b and b.ref_cnt == 1 and pool.num_free_blocks == 1
+
+
+def test_shuffled_free_blocks_are_handed_out_in_a_seeded_random_order():
+    """A fresh pool hands out blocks 0, 1, 2, ...; shuffled, a permutation of them, the same for the same seed."""
+    def order(seed):
+        pool = BlockPool(64)
+        pool.shuffle_free_blocks(random.Random(seed))
+        return [b.block_id for b in pool.allocate_n(40)] + [pool.allocate().block_id for _ in range(24)]
+
+    assert order(1) == order(1) != order(2)
+    assert sorted(order(1)) == list(range(64)) and order(1)[:40] != list(range(40))
