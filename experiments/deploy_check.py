@@ -13,19 +13,25 @@ HTTP servers, the router and the load generator, which the profiling engines did
 slice of the Azure conversation trace (lengths scaled down), put one of 8 long system prompts, drawn at
 random, in front of every prompt (a shared-prefix working set larger than one replica's KV cache
 but not than two: where a router keeps a system prompt decides prefix-cache hits), and rescale its
-arrivals to a fraction of the capacity the served model predicts for 2 replicas; (3) for each of
+arrivals to half the capacity the served model predicts for 2 replicas (108 requests: enough that
+no metric turns on a few of them, `deploy_slice_size.py`); (3) for each of
 round_robin, least_outstanding and prefix_aware, launch the real replicas and router (`paged
 launch`), measure the deployment's front-end latency on the idle deployment (probe requests: their TTFT as
 the client sees it less the engine's own, `vllm:time_to_first_token_seconds`), simulate the slice
 on 2 replicas behind that router with that `frontend_latency_s` and the replicas' own cache and
-scheduler configs, then replay the slice with the load generator (`paged bench serve`'s
+scheduler configs (the prediction is the mean over step times x0.97-1.03 the calibrated model's,
+`ENSEMBLE`: a load-aware router's choices jump at a 1% change of the machine's speed, which is
+known to a few percent at best), then replay the slice with the load generator (`paged bench serve`'s
 replay: prompts are token ids whose shared-prefix blocks are the same tokens, outputs exactly their
 trace length, sent open-loop at their arrival times); (4) compare TTFT, TPOT, E2E (means and p50),
 throughput and the prefix-cache hit rate (from the replicas' own `vllm:prefix_cache_*` counters),
 and whether the routers rank the same way predicted and measured by mean TTFT (the latency a
 router's prefix hits change; E2E adds the decode time, which routing hardly moves), and hold each
 replica's steps in the replay against the profile (printed per replica: forward time over the
-profile's, by decode batch, and the busy gaps; `steps-ROUTER.csv`). Goal: means
+profile's, by decode batch, and the busy gaps; `steps-ROUTER.csv`), and both replicas' served step
+time (forward passes and busy gaps) against what the calibration made the prediction assume: a
+"drift" line per router, flagged when the replay ran more than 10% off it. The flag explains a miss;
+the miss still counts, and the prediction is never redone from the replay. Goal: means
 and p50 within 10%, hit rate within 0.03, the same ranking. Two routers predicted within 10% of
 each other (the accuracy goal: a prediction allowed that error cannot order them) are a tie, which
 the verdict names: the ranking is judged on the pairs the prediction separates, and the full order
