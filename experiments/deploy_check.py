@@ -13,19 +13,25 @@ HTTP servers, the router and the load generator, which the profiling engines did
 slice of the Azure conversation trace (lengths scaled down), put one of 8 long system prompts, drawn at
 random, in front of every prompt (a shared-prefix working set larger than one replica's KV cache
 but not than two: where a router keeps a system prompt decides prefix-cache hits), and rescale its
-arrivals to a fraction of the capacity the served model predicts for 2 replicas; (3) for each of
+arrivals to half the capacity the served model predicts for 2 replicas (108 requests: enough that
+no metric turns on a few of them, `deploy_slice_size.py`); (3) for each of
 round_robin, least_outstanding and prefix_aware, launch the real replicas and router (`paged
 launch`), measure the deployment's front-end latency on the idle deployment (probe requests: their TTFT as
 the client sees it less the engine's own, `vllm:time_to_first_token_seconds`), simulate the slice
 on 2 replicas behind that router with that `frontend_latency_s` and the replicas' own cache and
-scheduler configs, then replay the slice with the load generator (`paged bench serve`'s
+scheduler configs (the prediction is the mean over step times x0.97-1.03 the calibrated model's,
+`ENSEMBLE`: a load-aware router's choices jump at a 1% change of the machine's speed, which is
+known to a few percent at best), then replay the slice with the load generator (`paged bench serve`'s
 replay: prompts are token ids whose shared-prefix blocks are the same tokens, outputs exactly their
 trace length, sent open-loop at their arrival times); (4) compare TTFT, TPOT, E2E (means and p50),
 throughput and the prefix-cache hit rate (from the replicas' own `vllm:prefix_cache_*` counters),
 and whether the routers rank the same way predicted and measured by mean TTFT (the latency a
 router's prefix hits change; E2E adds the decode time, which routing hardly moves), and hold each
 replica's steps in the replay against the profile (printed per replica: forward time over the
-profile's, by decode batch, and the busy gaps; `steps-ROUTER.csv`). Goal: means
+profile's, by decode batch, and the busy gaps; `steps-ROUTER.csv`), and both replicas' served step
+time (forward passes and busy gaps) against what the calibration made the prediction assume: a
+"drift" line per router, flagged when the replay ran more than 10% off it. The flag explains a miss;
+the miss still counts, and the prediction is never redone from the replay. Goal: means
 and p50 within 10%, hit rate within 0.03, the same ranking. Two routers predicted within 10% of
 each other (the accuracy goal: a prediction allowed that error cannot order them) are a tie, which
 the verdict names: the ranking is judged on the pairs the prediction separates, and the full order
@@ -85,9 +91,9 @@ from paged.serve.replay import replay
 from paged.serve.scrape import Scrape
 from paged.serve.server_process import free_port
 from paged.workloads.workload import Workload
-from sim import simulate
+from sim import SimConfig, simulate
 from sim.plots import figure, legend_below, look
-from sim.profiled import fit_profile
+from sim.profiled import ProfileFit, fit_profile
 
 NAME = "deploy_check"
 MODEL = "smollm2-135m"
@@ -99,6 +105,11 @@ GOAL, HIT_RATE_GOAL = 0.10, 0.03
 SEED = 0  # of the groups' draw
 LATENCIES = ("ttft_s", "tpot_s", "e2e_s")
 RANK_BY = "ttft_s_mean"
+# The prediction is the mean over these step times (relative to the calibrated model's): the machine's
+# speed is known to a few percent, and a load-aware router's choices, so its metrics, jump at a 1%
+# change of it; the mean is the expectation over that uncertainty (`deploy_slice_size.py`).
+ENSEMBLE = (0.97, 0.98, 0.99, 1.0, 1.01, 1.02, 1.03)
+DRIFT_FLAG = 0.10  # a replay whose served step time is further than this off the calibration's is flagged
 TIE = GOAL  # routers predicted closer than this (relative) on RANK_BY are not ranked by the prediction
 PROBES = 5  # front-end probes per launch, one at a time; the first warms the path up and is dropped
 PROBE_SEED = 1 << 20  # PromptMaker seeds of the probes: tokens no replayed request shares
@@ -110,6 +121,7 @@ ROOT = Path(__file__).resolve().parent.parent
 @dataclass(slots=True)
 class Setup:
     num_requests: int
+    calibration_requests: int  # the calibration load's (`calibrate`): the trace's next as many
     prompt_scale: float  # the request's own tokens: trace length times this, rounded, in [1, max_own_tokens]
     output_scale: float
     max_own_tokens: int
@@ -132,20 +144,26 @@ class Setup:
 # requests, so a router that keeps a system prompt on one replica hits where one that spreads them
 # misses and prefills 192 more tokens (in the simulator, on a profile of this machine under load:
 # hit rate 0.58-0.64 against 0.41-0.50, mean TTFT 15-25% lower, over 3 draws of the groups).
-# Outputs an eighth of the trace's and 36 requests keep the three replays within the 10 minutes a
-# timing run may take on this shared 2-core machine. 60% of the predicted capacity keeps the
-# replicas busy without a queue that never drains. The profile's decode contexts stop short of
-# max_model_len - 1; DRIFT is a part of its grid, re-measured after the replays.
-FULL = Setup(num_requests=36, prompt_scale=1 / 16, output_scale=1 / 8, max_own_tokens=96, max_output_tokens=32,
-             prefix_tokens=192, num_groups=8, load=0.6, max_num_seqs=8, max_num_batched_tokens=256,
-             num_gpu_blocks=72,
+# Outputs an eighth of the trace's. 108 requests at half the predicted capacity (replays of about
+# 2 minutes each) and a calibration load of 36 keep the whole check within the 12 minutes a timing
+# run may take on this shared 2-core machine; `deploy_slice_size.py` shows why so many: with 36 at
+# 60% (the replicas busy enough that the trace's bursts queue), a 1% change of step time moved
+# least_outstanding's and prefix_aware's TTFT p50 by up to 16%, their hit rates by 0.04, as one
+# request finishing first changes where the next ones go; 108 at 50%, predicted as the mean over
+# ENSEMBLE, keeps every metric within 3.5% (hit rates 0.01) of a smooth response to step time.
+# The profile's decode contexts stop short of max_model_len - 1; DRIFT is a part of its grid,
+# re-measured after the replays.
+FULL = Setup(num_requests=108, calibration_requests=36, prompt_scale=1 / 16, output_scale=1 / 8, max_own_tokens=96,
+             max_output_tokens=32, prefix_tokens=192, num_groups=8, load=0.5, max_num_seqs=8,
+             max_num_batched_tokens=256, num_gpu_blocks=72,
              grid=ProfileGrid(prefill_chunks=(16, 64, 128, 256), prefill_contexts=(0, 192),
                               decode_batches=tuple(range(1, 9)), decode_contexts=(192, 288),
                               mixed_batches=(1, 2, 4, 8), mixed_chunks=(32, 128), mixed_context=224, repeats=3))
 DRIFT = ProfileGrid(prefill_chunks=(64, 128), prefill_contexts=(0,), decode_batches=(1, 4, 8), decode_contexts=(288,),
                     mixed_batches=(4,), mixed_chunks=(128,), mixed_context=224, repeats=3)
-QUICK = Setup(num_requests=6, prompt_scale=1 / 16, output_scale=1 / 16, max_own_tokens=32, max_output_tokens=6,
-              prefix_tokens=32, num_groups=2, load=0.6, max_num_seqs=4, max_num_batched_tokens=64, num_gpu_blocks=64,
+QUICK = Setup(num_requests=6, calibration_requests=6, prompt_scale=1 / 16, output_scale=1 / 16, max_own_tokens=32,
+              max_output_tokens=6, prefix_tokens=32, num_groups=2, load=0.6, max_num_seqs=4, max_num_batched_tokens=64,
+              num_gpu_blocks=64,
               grid=ProfileGrid(prefill_chunks=(16, 64), prefill_contexts=(0,), decode_batches=(1, 2, 4),
                                decode_contexts=(48,), mixed_batches=(2,), mixed_chunks=(16,), mixed_context=32,
                                repeats=1))
@@ -158,9 +176,9 @@ def shared_prefix_slice(setup: Setup, calibration: bool = False) -> Workload:
     named by one prefix id per block as the simulator reads them. With `calibration`, the next
     as many requests of the trace, their groups drawn with another seed: a load like the slice's
     that shares none of its requests (`calibrate`)."""
-    w = azure_conv(2 * setup.num_requests if calibration else setup.num_requests, MODEL)
+    w = azure_conv(setup.num_requests + setup.calibration_requests if calibration else setup.num_requests, MODEL)
     if calibration:  # from the first arrival after the slice (in a tie, the slice's last request too)
-        w = w.window(start_s=w.arrival_s[setup.num_requests]).head(setup.num_requests)
+        w = w.window(start_s=w.arrival_s[setup.num_requests]).head(setup.calibration_requests)
     block = BLOCK_SIZE
     own = np.clip(np.round(w.num_prompt_tokens * setup.prompt_scale), 1, setup.max_own_tokens).astype(np.int64)
     out = np.clip(np.round(w.num_output_tokens * setup.output_scale), 1, setup.max_output_tokens).astype(np.int64)
@@ -398,6 +416,15 @@ def calibrate(setup: Setup, workload: Workload, profile_path: Path, out: Path, v
             "num_requests": len(workload), "served_steps": served}
 
 
+def predict(workload: Workload, config: SimConfig, fit: ProfileFit, forward_over_profile: float, gap_s: float) -> dict:
+    """The prediction, flat (`flat`): the mean over ENSEMBLE of the simulation with the profile's fit
+    `fit` served at `forward_over_profile` times that step time, and `gap_s` between steps."""
+    runs = [simulate(workload, replace(config, cost_model=served_steps.served_cost_model(
+        fit, speed * forward_over_profile, gap_s))).summary() for speed in ENSEMBLE]
+    flats = [flat(r) | {"num_steps": r["num_steps"]} for r in runs]
+    return {k: float(np.mean([f[k] for f in flats])) for k in flats[0]}
+
+
 def flat(summary: dict) -> dict[str, float]:
     out = {f"{k}_{q}": summary[k][q] for k in LATENCIES for q in ("mean", "p50", "p90")}
     out["throughput_req_s"] = summary["throughput_req_s"]
@@ -406,9 +433,10 @@ def flat(summary: dict) -> dict[str, float]:
 
 
 def compare(predicted: dict, measured: dict) -> dict:
-    p, m = flat(predicted), flat(measured)
+    """`predict`'s figures against the replay's summary."""
+    p, m = predicted, flat(measured)
     return {k: {"predicted": p[k], "measured": m[k],
-                "rel_error": (p[k] - m[k]) / m[k] if k != "prefix_cache_hit_rate" else p[k] - m[k]} for k in p}
+                "rel_error": (p[k] - m[k]) / m[k] if k != "prefix_cache_hit_rate" else p[k] - m[k]} for k in m}
 
 
 def goal_rows(routers: dict) -> pd.DataFrame:
@@ -449,6 +477,24 @@ def ranking_doc(routers: dict) -> dict:
             "pairs": ps, "judged_pairs": len(judged), "agree": bool(judged) and all(p["agrees"] for p in judged)}
 
 
+def flagged(drifted: dict) -> bool:
+    """Whether the replay's steps ran further than DRIFT_FLAG off what the prediction assumed."""
+    return not abs(drifted["step_time_over_assumed"] - 1) <= DRIFT_FLAG
+
+
+def drift_line(router: str, drifted: dict, others: float | None) -> str:
+    """One line per replay: the replicas' own step speed in it against the calibration's."""
+    ratio = drifted["step_time_over_assumed"]
+    flag = (f"FLAGGED: the machine ran {abs(ratio - 1):.0%} {'slower' if ratio > 1 else 'faster'} than the "
+            f"prediction assumed (more than {DRIFT_FLAG:.0%}); its misses count, this explains them"
+            if flagged(drifted) else f"within {DRIFT_FLAG:.0%} of what the prediction assumed")
+    load = f"; other processes kept {others:.2f} cores busy" if others is not None else ""
+    return (f"drift {router}: forward time over the profile's x{drifted['forward_over_profile']:.3f} in the replay, "
+            f"x{drifted['assumed_forward_over_profile']:.3f} in the calibration; busy gaps "
+            f"{drifted['busy_gap_s'] * 1e3:.1f} vs {drifted['assumed_busy_gap_s'] * 1e3:.1f} ms; served step time "
+            f"x{ratio:.3f} the prediction's{load}: {flag}")
+
+
 def verdicts(table: pd.DataFrame, routers: dict, load: dict[str, float] | None = None) -> list[Verdict]:
     judged = table[table.goal.notna()]
     misses = judged[~judged.within]
@@ -469,6 +515,10 @@ def verdicts(table: pd.DataFrame, routers: dict, load: dict[str, float] | None =
             + (f"; misses: {', '.join(f'{r.router} {r.metric} {r.rel_error:+.3g}' for r in misses.itertuples())}"
                if len(misses) else "")
             + ". " + rank_text
+            + "".join(f" Replays whose steps ran more than {DRIFT_FLAG:.0%} off the calibration's (counted all the "
+                      "same): " + ", ".join(f"{r} x{routers[r]['drift']['step_time_over_assumed']:.2f}" for r in off)
+                      + "." for off in [[r for r in routers if "drift" in routers[r] and flagged(routers[r]["drift"])]]
+                      if off)
             + "".join(f" Other processes kept busy {', '.join(f'{v:.2f}' for v in load.values())} of "
                       f"{os.cpu_count()} cores during the {', '.join(load)}." for _ in [load] if load))
     claim = (f"{REPLICAS} replicas behind each of {', '.join(routers)}: the simulator predicts the deployment within "
@@ -521,8 +571,9 @@ def run(args: argparse.Namespace, setup: Setup) -> int:
     calibration_load = at_load(calibration_load, setup.load * saturation_throughput(calibration_load, profiled))
     with others_load(load, "calibration"):
         calibration = calibrate(setup, calibration_load, profile_path, args.out, vocab)
+    fit = fit_profile(profile_path)
     config = replace(profiled, cost_model=served_steps.served_cost_model(
-        fit_profile(profile_path), calibration["forward_over_profile"], calibration["busy_gap_s"]))
+        fit, calibration["forward_over_profile"], calibration["busy_gap_s"]))
     print(f"calibration: {served_steps.describe('both replicas', calibration['served_steps'])}", flush=True)
     trace = shared_prefix_slice(setup)
     capacity = saturation_throughput(trace, config)
@@ -535,8 +586,9 @@ def run(args: argparse.Namespace, setup: Setup) -> int:
         with launched(router, setup, log_dir) as (url, urls):
             frontend = probe_frontend(url, urls, workload, vocab)
             routed = {"router": router, "frontend_latency_s": frontend["frontend_latency_s"]}
-            predicted = simulate(workload, replace(config, **routed)).summary()
-            profile_only = simulate(workload, replace(profiled, **routed)).summary()
+            predicted = predict(workload, replace(config, **routed), fit, calibration["forward_over_profile"],
+                                calibration["busy_gap_s"])
+            profile_only = predict(workload, replace(profiled, **routed), fit, 1.0, 0.0)
             with others_load(load, router):
                 measured, steps = replay_measured(url, urls, workload, vocab)
         timings[router] = time.perf_counter() - t
@@ -546,7 +598,9 @@ def run(args: argparse.Namespace, setup: Setup) -> int:
         frames = [served_steps.step_frame(s, profile_path).assign(replica=i) for i, s in enumerate(steps)]
         pd.concat(frames).to_csv(args.out / f"steps-{router}.csv", index=False)
         served = {f"replica{i}": served_steps.summary(f) for i, f in enumerate(frames)}
-        routers[router] = {"metrics": compare(predicted, measured), **frontend,
+        drifted = served_steps.drift(served_steps.summary(pd.concat(frames)), calibration["forward_over_profile"],
+                                     calibration["busy_gap_s"])
+        routers[router] = {"metrics": compare(predicted, measured), **frontend, "drift": drifted,
                            "num_steps_predicted": predicted["num_steps"], "served_steps": served,
                            "profile_only": compare(profile_only, measured),
                            "send_lateness_p99_s": measured["send_lateness_s"]["p99"]}
@@ -578,6 +632,8 @@ def run(args: argparse.Namespace, setup: Setup) -> int:
     print(f"the profile's shapes, re-measured after the replays, took {moved or '(not re-measured)'} their time "
           "in the profile; other processes kept busy "
           + ", ".join(f"{v:.2f}" for v in load.values()) + f" of {os.cpu_count()} cores during " + ", ".join(load))
+    for router, d in routers.items():
+        print(drift_line(router, d["drift"], load.get(router)), flush=True)
     report(verdicts(table, routers, load), args.out, files)
     print(f"total {time.perf_counter() - started:.0f} s")
     return 0

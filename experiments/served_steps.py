@@ -12,6 +12,9 @@ times. Two things are held against the profile the prediction used:
   request was running, so the engine did not wait for one): the scheduler, the outputs, the
   hand-off to the event loop and back. The simulator charges nothing there.
 
+`drift` holds a replay's steps against the calibration the prediction assumed: how far the machine
+ran off it during the replay (explains a miss; never a prediction of its own).
+
 `served_cost_model` turns what a calibration load measured this way into the cost model of the
 engines as they serve: the profile's, its forward times scaled by the calibration's measured over
 profiled time, plus the busy gap on every step.
@@ -66,6 +69,20 @@ def describe(name: str, s: dict) -> str:
             f"decode by batch {batches}); between busy steps {gap['mean'] * 1e3:.1f} ms mean, "
             f"{gap['p50'] * 1e3:.1f} ms p50, {gap['total']:.2f} s in all over {gap['count']} steps "
             f"(forward {s['forward_s_total']:.2f} s)")
+
+
+def drift(s: dict, forward_over_profile: float, gap_s: float) -> dict:
+    """A replay's steps (`summary` of its frame) against the served cost model the prediction used
+    (`served_cost_model` of the calibration's `forward_over_profile` and `gap_s`): the forward time
+    over the profile's, as measured in the replay and as the calibration assumed, and the served
+    step time (forward passes plus busy gaps) measured over the same steps as the prediction's
+    model times them. Above 1: the machine ran the replay slower than the prediction assumed."""
+    forward = s["forward_over_profile"].get("all", float("nan"))
+    gap = s["busy_gap_s"]
+    assumed = forward_over_profile * s["profile_s_total"] + gap_s * gap["count"]
+    return {"forward_over_profile": forward, "assumed_forward_over_profile": forward_over_profile,
+            "busy_gap_s": gap["mean"], "assumed_busy_gap_s": gap_s,
+            "step_time_over_assumed": (s["forward_s_total"] + gap["total"]) / assumed if assumed > 0 else float("nan")}
 
 
 def served_cost_model(fit: ProfileFit, forward_over_profile: float, gap_s: float) -> ProfiledCostModel:

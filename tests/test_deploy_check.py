@@ -62,10 +62,16 @@ def test_deploy_check_quick(tmp_path):
     # the calibration load ran on the served engines, and the replay's steps were read back from both replicas
     calibration = doc["conditions"]["calibration"]
     assert calibration["forward_over_profile"] > 0 and calibration["busy_gap_s"] >= 0
-    assert calibration["served_steps"]["num_steps"] > 0 and calibration["num_requests"] == dc.QUICK.num_requests
+    assert calibration["served_steps"]["num_steps"] > 0 and calibration["num_requests"] == dc.QUICK.calibration_requests
     assert set(router["served_steps"]) == {f"replica{i}" for i in range(dc.REPLICAS)}
     assert sum(s["num_steps"] for s in router["served_steps"].values()) > 0
     assert set(router["profile_only"]) == set(metrics)
+    assert router["drift"]["step_time_over_assumed"] > 0
+    assert router["drift"]["assumed_forward_over_profile"] == calibration["forward_over_profile"]
+    # the run carries what its prediction needs: recomputed from the JSON it comes out the same (else this raises)
+    errors = load("deploy_hindsight").hindsight(tmp_path)
+    assert set(errors) == {"prefix_aware"} and len(errors["prefix_aware"]) == 8
+    assert all(math.isfinite(v) for v in errors["prefix_aware"].values())
     assert (tmp_path / "deploy_check.png").stat().st_size > 10_000
     assert "[" in (tmp_path / "verdicts.txt").read_text()
 
@@ -101,13 +107,13 @@ def test_routers_predicted_within_the_goal_are_a_tie_the_verdict_names():
 
 
 
-def test_the_calibration_load_is_the_slices_size_and_shares_none_of_its_prompts():
+def test_the_calibration_load_has_its_own_size_and_shares_none_of_the_slices_prompts():
     dc = load("deploy_check")
     from paged.serve.prompts import PromptMaker
 
     setup = dc.QUICK
     w, c = dc.shared_prefix_slice(setup), dc.shared_prefix_slice(setup, calibration=True)
-    assert len(c) == len(w) and c.arrival_s[0] == 0
+    assert len(c) == setup.calibration_requests and c.arrival_s[0] == 0
     assert list(c.prefix_index) != list(w.prefix_index) or list(c.num_prompt_tokens) != list(w.num_prompt_tokens)
     slice_prompts = PromptMaker(w, vocab_size=49152, min_token_id=dc.MIN_TOKEN_ID)
     calibration_prompts = PromptMaker(c, vocab_size=49152, min_token_id=dc.MIN_TOKEN_ID, seed=dc.CALIBRATION_SEED)
@@ -141,5 +147,30 @@ def test_served_cost_model_scales_the_profile_and_adds_the_gap(tmp_path):
     assert summary["forward_over_profile"]["all"] == pytest.approx(1.25)
     gaps = [b["start_s"] - a["end_s"] for a, b in zip(steps, steps[1:]) if b["num_decode_tokens"]]
     assert summary["busy_gap_s"]["count"] == len(gaps) and summary["busy_gap_s"]["mean"] == pytest.approx(np.mean(gaps))
+    # held against the calibration it came from, the replay ran as assumed; against the bare profile (no
+    # gaps), its served time (forward passes and busy gaps) over the profile's, and flagged
+    gap = summary["busy_gap_s"]["mean"]
+    assert served_steps.drift(summary, 1.25, gap)["step_time_over_assumed"] == pytest.approx(1.0)
+    slow = served_steps.drift(summary, 1.0, 0.0)
+    total = summary["forward_s_total"] + summary["busy_gap_s"]["total"]
+    assert slow["step_time_over_assumed"] == pytest.approx(total / summary["profile_s_total"])
+    assert slow["step_time_over_assumed"] > 1.25
+    dc = load("deploy_check")
+    assert dc.flagged(slow) and not dc.flagged(served_steps.drift(summary, 1.25, gap))
+    assert "FLAGGED" in dc.drift_line("r", slow, 0.5)
     with pytest.raises(ValueError, match="forward_over_profile=0"):
         served_steps.served_cost_model(fit, 0, 0.0)
+
+
+def test_jitter_is_the_distance_from_the_line_through_the_speeds():
+    import pandas as pd
+
+    size = load("deploy_slice_size")
+    speeds = np.array(size.SPEEDS)
+    rows = [{"seed": 0, "num_requests": 9, "router": "r", "way": "single", "metric": m, "speed": x, "value": v}
+            for x in speeds for m, v in (("ttft_s_mean", 2.0 * x),  # a straight line: no jitter, elasticity 1
+                                         ("prefix_cache_hit_rate", 0.5 + 0.04 * (x == 1.02)))]  # one jump
+    table = size.jitter(pd.DataFrame(rows)).set_index("metric")
+    assert table.loc["ttft_s_mean", "jitter"] == pytest.approx(0, abs=1e-12)
+    assert table.loc["ttft_s_mean", "elasticity"] == pytest.approx(1.0)
+    assert 0.03 < table.loc["prefix_cache_hit_rate", "jitter"] < 0.04  # absolute, less what the line takes up

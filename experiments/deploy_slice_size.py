@@ -1,0 +1,113 @@
+"""How many requests `deploy_check.py` needs before its prediction stops turning on a few of them.
+
+The deployment check compares a prediction with one replay on a shared machine whose speed moves by
+several percent between the calibration and the replay. A metric that a 1% change of step time moves
+by far more than 1% (a median between the hits' and the misses' TTFT, a hit rate that turns on which
+request finished first and so where the next ones went) cannot be checked to 10% however good the
+model. So this simulates the check's slice, at the check's load, for each size and router, with the
+served engines' steps scaled by each of `SPEEDS` (the workload fixed, as the replay's is), and
+measures each metric's jitter: its largest distance from the least-squares line through its values
+over the speeds (relative; absolute for the hit rate). The line is the smooth response to the
+machine's speed, which the check's drift lines explain; the jitter is what no drift line can. It
+does so for one simulation at each speed and for the check's prediction (`deploy_check.predict`,
+the mean over `deploy_check.ENSEMBLE` around it). Simulation only: minutes on one core.
+
+    python experiments/deploy_slice_size.py --from DIR [--sizes 36,108] [--seeds 0,1] [--load 0.5]
+
+DIR is a `deploy_check.py` output (its profile.json and the calibration in deploy_check.json make the
+served cost model, as the check's prediction does); `--seeds` draws the groups anew (`deploy_check.SEED`).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import deploy_check as dc
+import numpy as np
+import pandas as pd
+import served_steps
+from common import at_load, saturation_throughput
+
+from sim import SimConfig, simulate
+from sim.profiled import fit_profile
+
+SPEEDS = tuple(np.round(np.linspace(0.95, 1.05, 11), 3))  # step time over the calibration's
+METRICS = ("ttft_s_mean", "ttft_s_p50", "tpot_s_mean", "tpot_s_p50", "e2e_s_mean", "e2e_s_p50", "throughput_req_s",
+           "prefix_cache_hit_rate")
+
+
+def sweep(run: Path, sizes: list[int], seeds: list[int], load: float) -> pd.DataFrame:
+    """Each metric for each seed, size, speed, router, and way of predicting ("single": one
+    simulation; "ensemble": `deploy_check.predict`)."""
+    doc = json.loads((run / "deploy_check.json").read_text())
+    calibration = doc["conditions"]["calibration"]
+    forward, gap = calibration["forward_over_profile"], calibration["busy_gap_s"]
+    fit = fit_profile(run / "profile.json")
+    frontend = float(np.median([r["frontend_latency_s"] for r in doc["routers"].values()]))
+    rows = []
+    for seed in seeds:
+        dc.SEED = seed
+        for n in sizes:
+            setup = replace(dc.FULL, num_requests=n, load=load)
+            config = SimConfig(model=dc.MODEL, cost_model=served_steps.served_cost_model(fit, forward, gap),
+                               num_gpu_blocks=setup.num_gpu_blocks, block_size=dc.BLOCK_SIZE,
+                               max_num_seqs=setup.max_num_seqs, max_num_batched_tokens=setup.max_num_batched_tokens,
+                               max_model_len=setup.max_model_len, replicas=dc.REPLICAS, frontend_latency_s=frontend)
+            trace = dc.shared_prefix_slice(setup)
+            workload = at_load(trace, setup.load * saturation_throughput(trace, config))
+            for router in dc.ROUTERS:
+                routed = replace(config, router=router)
+                for speed in SPEEDS:
+                    single = dc.flat(simulate(workload, replace(routed, cost_model=served_steps.served_cost_model(
+                        fit, speed * forward, gap))).summary())
+                    ensemble = dc.predict(workload, routed, fit, speed * forward, gap)
+                    rows += [{"seed": seed, "num_requests": n, "router": router, "speed": speed, "way": way,
+                              "metric": k, "value": values[k], "span_s": float(workload.arrival_s[-1])}
+                             for way, values in (("single", single), ("ensemble", ensemble)) for k in METRICS]
+    return pd.DataFrame(rows)
+
+
+def jitter(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per seed, size, router, way and metric: the largest distance of a speed's value from the
+    least-squares line over the speeds (relative to the value at speed 1; absolute for the hit
+    rate), and the line's slope relative to that value (the metric's elasticity to step time)."""
+    def one(g: pd.DataFrame) -> pd.Series:
+        x = g.speed.to_numpy() - 1.0
+        nominal = g.value[np.isclose(x, 0)].iloc[0]
+        slope, intercept = np.polyfit(x, g.value, 1)
+        residual = float(np.abs(g.value - (intercept + slope * x)).max())
+        hit = g.metric.iloc[0] == "prefix_cache_hit_rate"
+        return pd.Series({"jitter": residual if hit else residual / nominal, "elasticity": slope / nominal})
+    keys = ["seed", "num_requests", "router", "way", "metric"]
+    return frame.groupby(keys, sort=False)[["speed", "value", "metric"]].apply(one).reset_index()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python experiments/deploy_slice_size.py", description=__doc__.split("\n\n")[0])
+    p.add_argument("--from", dest="run", type=Path, required=True, help="a deploy_check.py output folder")
+    p.add_argument("--sizes", default=f"36,{dc.FULL.num_requests}", help="slice sizes, comma-separated")
+    p.add_argument("--seeds", default="0,1", help="seeds of the groups' draw, comma-separated")
+    p.add_argument("--load", type=float, default=dc.FULL.load, help="offered rate over the predicted capacity")
+    args = p.parse_args(argv)
+    frame = sweep(args.run, [int(x) for x in args.sizes.split(",")], [int(x) for x in args.seeds.split(",")],
+                  args.load)
+    table = jitter(frame)
+    worst = table.groupby(["way", "num_requests", "router", "metric"], sort=False).jitter.max()
+    elasticity = table[table.way == "ensemble"].groupby(["num_requests", "metric"], sort=False).elasticity.median()
+    spans = frame.groupby(["seed", "num_requests"]).span_s.first()
+    with pd.option_context("display.width", 200, "display.float_format", lambda v: f"{v:.3f}"):
+        print(f"load {args.load}: jitter, the largest distance from the line through a metric's values at step times "
+              f"x{min(SPEEDS)}-x{max(SPEEDS)} (relative; hit rate absolute), worst over seeds {args.seeds}")
+        print(worst.unstack("metric")[list(METRICS)].to_string())
+        print("elasticity of the prediction (ensemble): the line's relative move per relative change of step time, "
+              "median over routers and seeds")
+        print(elasticity.unstack("metric")[list(METRICS)].to_string())
+        print("arrival span (s):", ", ".join(f"seed {s} n={n}: {v:.0f}" for (s, n), v in spans.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
