@@ -70,6 +70,7 @@ from common import (
 
 from paged.engine import EngineConfig, LLMEngine, SamplingParams
 from paged.engine.profile import FEATURES, ProfileGrid, profile, write_profile
+from paged.engine.step_log import StepLog
 from sim import CostModel, ProfileFit, SimConfig, Workload, fit_profile, simulate
 from sim.plots import BAND, MARKERS, PALETTE, REFERENCE, cdf, figure, legend_below, look
 from sim.runner import build_cache_config, build_scheduler_config
@@ -157,28 +158,6 @@ def sim_config(engine: LLMEngine, profile_path: Path) -> SimConfig:
     return config
 
 
-class StepLog:
-    """The engine's runner, wrapped to keep each step's shape (the cost model's features) and its
-    forward time: the cost model can then be checked on the very steps the replay ran. It also
-    keeps the longest decode context, which the cost model does not see (how spread a batch's
-    contexts are changes how the CPU attention groups them, `kernels.torch_path`). The replay adds
-    each step's wall time and its thread's CPU time: a step slower than the model with as much CPU
-    time as wall time did more work or waited on memory; one with less waited for a core."""
-
-    def __init__(self, runner) -> None:
-        self.runner = runner
-        self.rows: list[dict] = []
-
-    def execute_model(self, out, kv):
-        row = {k: getattr(out, k) for k in FEATURES}
-        row["decode_max_context"] = max((r.num_computed_tokens + 1 for r in out.decode_requests), default=0)
-        start = time.perf_counter()
-        sampled = self.runner.execute_model(out, kv)
-        row["forward_s"] = time.perf_counter() - start
-        self.rows.append(row)
-        return sampled
-
-
 def replay(engine: LLMEngine, workload: Workload) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Run the workload on the engine in real time; per-request times (seconds from the first
     arrival, the engine's monotonic clock) and per-step shapes and durations.
@@ -194,8 +173,11 @@ def replay(engine: LLMEngine, workload: Workload) -> tuple[pd.DataFrame, pd.Data
     engine.add_request(prompts[0], SamplingParams(max_tokens=2, ignore_eos=True, temperature=0.0), "warm-up")
     while engine.has_unfinished_requests():
         engine.step()
-    log = StepLog(engine.runner)
-    engine.runner = log
+    # Each step's shape and forward time (`paged.engine.step_log`), to check the cost model on the very
+    # steps the replay ran; the loop adds each step's wall time and its thread's CPU time: a step slower
+    # than the model with as much CPU time as wall time did more work or waited on memory; one with less
+    # waited for a core.
+    log = StepLog.install(engine)
     done = {}
     try:
         t0 = time.monotonic()
@@ -211,7 +193,9 @@ def replay(engine: LLMEngine, workload: Workload) -> tuple[pd.DataFrame, pd.Data
                 continue
             start, cpu = time.monotonic(), time.thread_time()
             finished = [o for o in engine.step() if o.finished]
-            log.rows[-1].update(start_s=start - t0, step_s=time.monotonic() - start, cpu_s=time.thread_time() - cpu)
+            row = log.rows[-1]
+            row.update(start_s=start - t0, step_s=time.monotonic() - start, cpu_s=time.thread_time() - cpu)
+            del row["seq"], row["end_s"]  # the step's start (above) and length say it on the replay's clock
             for o in finished:
                 done[int(o.request_id)] = o
     finally:
