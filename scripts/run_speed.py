@@ -6,7 +6,10 @@ loading, simulation, summary. A benchmark, not a test: it prints figures and ass
     python scripts/run_speed.py /path/to/base --callgrind   # instructions (valgrind): deterministic,
                                                             # unlike seconds on a shared machine
 
-Each checkout runs from its own root with PYTHONPATH set to it, with this interpreter.
+Each checkout runs from its own root with PYTHONPATH set to it, with this interpreter. Bytecode is
+cached as on a user's machine: PYTHONDONTWRITEBYTECODE is dropped and each checkout runs once, uncounted,
+before the measured runs (otherwise a checkout whose __pycache__ happens to exist is timed without the
+compile step and the other with it).
 """
 from __future__ import annotations
 
@@ -25,7 +28,7 @@ COMMAND = ["-m", "sim", "run", "--trace", "traces/azure_llm_2023_conv.csv", "--m
 
 
 def run_once(tree: Path, callgrind: bool) -> float:
-    env = {**os.environ, "PYTHONPATH": str(tree)}
+    env = {**{k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}, "PYTHONPATH": str(tree)}
     if not callgrind:
         start = time.perf_counter()
         subprocess.run([sys.executable, *COMMAND], cwd=tree, env=env, check=True, stdout=subprocess.DEVNULL)
@@ -47,6 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     trees = {"current": here} | ({"base": args.base.resolve()} if args.base else {})
     n = 1 if args.callgrind and args.n == 5 else args.n
     figures: dict[str, list[float]] = {name: [] for name in trees}
+    for tree in trees.values():
+        run_once(tree, callgrind=False)
     for _ in range(n):
         for name, tree in trees.items():
             figures[name].append(run_once(tree, args.callgrind))
