@@ -112,7 +112,10 @@ class _Profiler:
         written there: zeros in a new engine. The time of a step depends on those values, not only on how
         many are read: the same decode states took 5-7% longer (thread CPU time) over the KV cache the
         requests of `experiments/sim_vs_real.py` had left than over a zeroed one (about a quarter of it
-        denormal floats in the attention), and the profile came out that much faster than the replay."""
+        denormal floats in the attention), and the profile came out that much faster than the replay. A CPU
+        engine now flushes denormals to zero (`LLMEngine.__init__`), which removes that slow path; the fill
+        stays, so that the profile reads what serving reads without assuming nothing else in the values
+        matters."""
         cache = self.engine.scheduler.cache_config
         size, max_model_len = cache.block_size, self.engine.scheduler.config.max_model_len
         per_step = max(1, self.grid.max_num_batched_tokens // size)
