@@ -20,7 +20,7 @@ the batch's aggregates follows that, so the profiled model adds a correction per
 sequences (`sim.profiled`), and the grid measures each small batch size. (b) A real batch's
 contexts differ, and the step's time depends on more than their sum (the CPU attention pads a group
 of similar contexts to its longest, `kernels.torch_path`): the profile measures every batch at
-equal and at spread contexts (`ProfileGrid.decode_spreads`), which bracket a real batch, and the
+contexts spread two ways (`ProfileGrid.decode_spreads`), which bracket a real batch, and the
 model is fitted to both. (c) The machine is shared: while the replay runs, the work on the other
 core slows the engine's steps by 5-35% for tens of seconds at a time (memory and caches are shared;
 priority does not help), and in the quiet stretches the cost model is within 1-2% of the steps
