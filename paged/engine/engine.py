@@ -53,12 +53,6 @@ class LLMEngine:
         self.config = config
         torch.set_num_threads(config.num_threads())
         self.device = device = config.torch_device()
-        if device.type == "cpu":
-            # Flush denormal floats to zero (FTZ/DAZ). On a CPU they take a slow microcode path, so a step's
-            # time depended on the values in the KV cache and activations (softmax underflow makes them),
-            # not only on the batch's shape: replays ran 10-17% slower than a profile of the same shapes
-            # (experiments/sim_vs_real.py, deploy_check.py); flushed, -4%. A GPU does not slow down on them.
-            torch.set_flush_denormal(True)
         self.dtype = dtype = config.torch_dtype(device)
         loaded = load_model(config.model, tokenizer=config.tokenizer, dtype=dtype, device=device)
         self.model, self.model_config, self.tokenizer = loaded.model, loaded.config, loaded.tokenizer

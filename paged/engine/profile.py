@@ -115,9 +115,9 @@ class _Profiler:
         many are read: the same decode states took 5-7% longer (thread CPU time) over the KV cache the
         requests of `experiments/sim_vs_real.py` had left than over a zeroed one (about a quarter of it
         denormal floats in the attention), and the profile came out that much faster than the replay. A CPU
-        engine now flushes denormals to zero (`LLMEngine.__init__`), which removes that slow path; the fill
-        stays, so that the profile reads what serving reads without assuming nothing else in the values
-        matters."""
+        engine's step now flushes denormals to zero (`paged.engine.runner.denormals_flushed`), which removes
+        that slow path; the fill stays, so that the profile reads what serving reads without assuming that
+        nothing else in the values matters."""
         cache = self.engine.scheduler.cache_config
         size, max_model_len = cache.block_size, self.engine.scheduler.config.max_model_len
         per_step = max(1, self.grid.max_num_batched_tokens // size)

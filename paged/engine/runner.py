@@ -13,6 +13,7 @@ copy-on-write.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -22,6 +23,30 @@ from paged import KVCacheManager, Request, SchedulerOutput
 from .attention_layer import AttentionMetadata
 from .cache_engine import CacheEngine
 from .sampler import Sampler, SampleRow
+
+
+def flushing_denormals() -> bool:
+    """Whether this thread flushes denormal floats to zero (torch has a setter, no getter)."""
+    return (torch.tensor([1e-30]) * torch.tensor([1e-10])).item() == 0.0  # 1e-40 is a float32 denormal
+
+
+@contextmanager
+def denormals_flushed():
+    """Flush denormal floats to zero in this thread for the block, then restore what was there.
+
+    Why: on a CPU they take a slow microcode path, so a step's time depended on the values in the KV
+    cache and activations (softmax underflow makes them), not only on the batch's shape: replays ran
+    their steps 10-17% slower than a profile of the same shapes (`experiments/sim_vs_real.py`,
+    `deploy_check.py`); flushed, 4-7%, about the machine's own drift. (A GPU does not slow down on
+    them.) The mode belongs to a thread, and a server steps in worker threads (`AsyncLLM`), so each
+    step sets it where it runs; it is restored after, because the rest of the process must keep IEEE
+    floats (numpy in a simulator beside the engine; hypothesis refuses to run without subnormals)."""
+    was = flushing_denormals()
+    torch.set_flush_denormal(True)
+    try:
+        yield
+    finally:
+        torch.set_flush_denormal(was)
 
 
 @dataclass(slots=True)
@@ -54,6 +79,12 @@ class ModelRunner:
     @torch.inference_mode()
     def execute_model(self, out: SchedulerOutput, kv: KVCacheManager) -> dict[str, list[int]]:
         """Carry out the step: move blocks, run the model, sample. Returns request id -> sampled tokens."""
+        if self.device.type != "cpu":
+            return self._execute(out, kv)
+        with denormals_flushed():
+            return self._execute(out, kv)
+
+    def _execute(self, out: SchedulerOutput, kv: KVCacheManager) -> dict[str, list[int]]:
         self.cache.swap_out(out.blocks_to_swap_out)
         self.cache.swap_in(out.blocks_to_swap_in)
         self.cache.copy(out.blocks_to_copy)
