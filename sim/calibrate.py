@@ -29,6 +29,7 @@ from .calibrated import (
     elementwise_widths,
     gemm_seconds,
     gemm_shapes,
+    layer_op_seconds,
     layer_seconds,
 )
 from .hardware import get_hardware
@@ -169,6 +170,40 @@ def layer_predictions(cal: Calibration, datasets: list[Dataset]) -> tuple[np.nda
     return np.concatenate(measured), np.concatenate(predicted)
 
 
+@dataclass(slots=True, frozen=True)
+class Point:
+    """One profiled shape, predicted and measured seconds per operator: where a held-out error comes from."""
+
+    model: str
+    hardware: str
+    tp: int
+    tokens: int
+    measured: dict[str, float]  # by operator (GEMM_OPS, ELEMENTWISE_OPS)
+    predicted: dict[str, float]
+
+    @property
+    def error(self) -> float:
+        return sum(self.predicted.values()) / sum(self.measured.values()) - 1
+
+    def __str__(self) -> str:
+        """The error, the shape, and the three operators furthest off (predicted/measured us)."""
+        off = sorted(self.measured, key=lambda op: -abs(self.predicted[op] - self.measured[op]))[:3]
+        return (f"{self.error:+6.1%} {self.model} on {self.tp} x {self.hardware}, {self.tokens:,} tokens, measured "
+                f"{sum(self.measured.values()) * 1e6:,.1f} us; " +
+                ", ".join(f"{op} {self.predicted[op] * 1e6:,.1f}/{self.measured[op] * 1e6:,.1f}" for op in off))
+
+
+def worst_points(cal: Calibration, datasets: list[Dataset], count: int) -> list[Point]:
+    """The `count` profiled shapes of `datasets` whose layer time `cal` predicts worst, worst first."""
+    points = []
+    for d in datasets:
+        for tp, n, ops in d.rows():
+            predicted = layer_op_seconds(d.model, d.hardware, tp, n, cal)
+            points += [Point(d.model, d.hardware, tp, int(n[i]), {op: float(ops[op][i]) for op in predicted},
+                             {op: float(v[i]) for op, v in predicted.items()}) for i in range(len(n))]
+    return sorted(points, key=lambda p: -abs(p.error))[:count]
+
+
 def interpolation_errors(datasets: list[Dataset]) -> np.ndarray:
     """Signed relative error of a measured profile between its profiled sizes: every other profiled
     token count held out, predicted from its neighbours by `LayerProfile.at`."""
@@ -214,26 +249,31 @@ class Report:
     heldout_points: tuple[np.ndarray, np.ndarray]  # (measured, predicted) seconds of those points
     interpolation: ErrorStats  # a measured profile between its profiled sizes (`interpolation_errors`)
     skipped: list[str]  # profiles of a model or GPU the catalogs lack
+    worst: dict[str, list[Point]]  # held-out set ("GPU h100", "model llama-2-7b") -> its worst points (`calibrate`)
 
 
 def _stats(measured: np.ndarray, predicted: np.ndarray) -> ErrorStats:
     return ErrorStats.of(predicted / measured - 1)
 
 
-def calibrate(root: str | Path) -> Report:
+def calibrate(root: str | Path, worst: int = 0) -> Report:
+    """Fit on every profile under `root`, and each held-out fit; keep each held-out set's `worst` points."""
     skipped: list[str] = []
     datasets = load_datasets(root, skipped)
     cal = fit(datasets)
-    gpu_out, arch_out, held = {}, {}, []
-    splits = [(gpu_out, gpu, lambda d, g=gpu: d.hardware == g) for gpu in sorted({d.hardware for d in datasets})]
-    splits += [(arch_out, "+".join(sorted({d.model for d in datasets if d.architecture == a})),
+    gpu_out, arch_out, held, worst_of = {}, {}, [], {}
+    splits = [(gpu_out, "GPU", gpu, lambda d, g=gpu: d.hardware == g) for gpu in sorted({d.hardware for d in datasets})]
+    splits += [(arch_out, "model", "+".join(sorted({d.model for d in datasets if d.architecture == a})),
                 lambda d, a=a: d.architecture == a) for a in sorted({d.architecture for d in datasets})]
-    for table, name, out in splits:
+    for table, kind, name, out in splits:
         train = [d for d in datasets if not out(d)]
         if train:
-            points = layer_predictions(fit(train), [d for d in datasets if out(d)])
+            held_cal, test = fit(train), [d for d in datasets if out(d)]
+            points = layer_predictions(held_cal, test)
             table[name] = _stats(*points)
             held.append(points)
+            if worst:
+                worst_of[f"{kind} {name}"] = worst_points(held_cal, test, worst)
     measured, predicted = (np.concatenate(a) for a in zip(*held, strict=True)) if held else (np.ones(1), np.ones(1))
     return Report(cal, _stats(*layer_predictions(cal, datasets)), gpu_out, arch_out, _stats(measured, predicted),
-                  (measured, predicted), ErrorStats.of(interpolation_errors(datasets)), skipped)
+                  (measured, predicted), ErrorStats.of(interpolation_errors(datasets)), skipped, worst_of)

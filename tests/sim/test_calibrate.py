@@ -10,14 +10,16 @@ import pytest
 
 from sim.calibrate import ErrorStats, calibrate, fit, layer_predictions, load_datasets
 from sim.calibrate_cmd import format_report
-from sim.calibrated import default_calibration
+from sim.calibrated import ELEMENTWISE_OPS, GEMM_OPS, default_calibration
 
 from .test_gpu_cost import PROFILES
+
+WORST = 3  # points kept per held-out set
 
 
 @pytest.fixture(scope="module")
 def report():
-    return calibrate(PROFILES)
+    return calibrate(PROFILES, worst=WORST)
 
 
 ARCHITECTURES = ("llama-2-7b", "llama-3-8b", "llama-2-70b+llama-3-70b")
@@ -81,6 +83,21 @@ def test_the_report_prints_these_numbers(report):
         assert str(stats) in text
     assert f"median {report.heldout.median:6.1%}" in text
     assert "goals on each held-out set (median <= 5%, p90 <= 12%, worst <= 25%): missed by GPU h100 (worst" in text
+
+
+def test_each_heldout_sets_worst_points_are_where_its_worst_error_is(report):
+    """`--worst N`'s points: each set's worst error is its first point's, operator by operator summed."""
+    sets = {**{f"GPU {g}": s for g, s in report.leave_one_gpu_out.items()},
+            **{f"model {m}": s for m, s in report.leave_one_architecture_out.items()}}
+    assert set(report.worst) == set(sets)
+    text = format_report(report)
+    for name, points in report.worst.items():
+        assert len(points) == WORST
+        errors = [abs(p.error) for p in points]
+        assert errors == sorted(errors, reverse=True)
+        assert errors[0] == pytest.approx(sets[name].worst, rel=1e-9)
+        assert all(set(p.measured) == set(p.predicted) == {*GEMM_OPS, *ELEMENTWISE_OPS} for p in points)
+        assert f"held out, {name}: worst {WORST}" in text and all(str(p) in text for p in points)
 
 
 def test_the_shipped_constants_are_the_fit_on_all_profiles(report):
