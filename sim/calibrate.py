@@ -4,8 +4,12 @@ what they never saw (`python -m sim calibrate --profiles profiles/vidur`).
 Fitted on every profile under the folder, 1 to `MAX_TOKENS` tokens, every tensor-parallel degree:
 - the elementwise operators' floor and bytes per element (shared by all GPUs): for each operator,
   least squares of the relative error over all its rows (the model is linear in both);
-- per GPU, the GEMM constants: Nelder-Mead on the squared log error of the four GEMMs' time summed,
-  per profiled shape.
+- the GEMM constants: Nelder-Mead on the squared log error of the four GEMMs' time summed, per
+  profiled shape, over all GPUs at once: the kernel latency (launch and pipeline fill, about the same
+  on every GPU: fitted apart, 5.2 us on the A100 and 6.0 us on the H100) is shared, the compute and
+  bandwidth efficiencies and p are each GPU's. Shared, the latency is pinned by every GPU's smallest
+  GEMMs: fitted on the H100's 70B profiles alone it came out 6.7 us, and Llama-2-7B on 8 H100s at one
+  token (four GEMMs measuring 29 us) was predicted 30% over.
 
 The error reported is that of the whole layer's non-attention time (the sum of the operators, what a
 step costs), |predicted - measured| / measured per profiled (GPU, model, TP, tokens). Held out:
@@ -29,6 +33,7 @@ from .calibrated import (
     elementwise_widths,
     gemm_seconds,
     gemm_shapes,
+    layer_op_seconds,
     layer_seconds,
 )
 from .hardware import get_hardware
@@ -115,8 +120,9 @@ def _gemm_constants(x: np.ndarray) -> GemmConstants:
                          float(1 + np.exp(p)))
 
 
-def fit_gemm(datasets: list[Dataset]) -> GemmConstants:
-    """One GPU's GEMM constants from its profiles (see the module doc)."""
+def gemm_loss(datasets: list[Dataset]):
+    """One GPU's loss of its GEMM constants: the squared log error of the four GEMMs' time summed, per
+    profiled shape (the error that matters: what a layer costs)."""
     hw = get_hardware(datasets[0].hardware)
     cases, totals = [], []  # (tokens, n, k, row) per GEMM per TP degree per profile; each row's measured sum
     for d in datasets:
@@ -128,11 +134,24 @@ def fit_gemm(datasets: list[Dataset]) -> GemmConstants:
     n, nn, kk, row = (np.concatenate(c) for c in zip(*cases, strict=True))
     t = np.concatenate(totals)
 
-    def loss(x):  # the error that matters: of the four GEMMs' sum per profiled shape
-        predicted = np.bincount(row, weights=gemm_seconds(n, nn, kk, hw, _gemm_constants(x)), minlength=len(t))
+    def loss(c: GemmConstants) -> float:
+        predicted = np.bincount(row, weights=gemm_seconds(n, nn, kk, hw, c), minlength=len(t))
         return float(np.sum(np.log(predicted / t) ** 2))
 
-    return _gemm_constants(nelder_mead(loss, np.array([0.5, 1.0, 1.0, 0.0])))
+    return loss
+
+
+def fit_gemm(by_gpu: dict[str, list[Dataset]]) -> dict[str, GemmConstants]:
+    """Each GPU's GEMM constants from its profiles, the latency shared (see the module doc): one search,
+    coordinates the latency then each GPU's compute efficiency, bandwidth efficiency and p."""
+    losses = [gemm_loss(ds) for ds in by_gpu.values()]
+
+    def constants(x: np.ndarray, i: int) -> GemmConstants:
+        return _gemm_constants(np.array([x[1 + 3 * i], x[2 + 3 * i], x[0], x[3 + 3 * i]]))
+
+    x = nelder_mead(lambda x: sum(loss(constants(x, i)) for i, loss in enumerate(losses)),
+                    np.array([1.0] + [0.5, 1.0, 0.0] * len(losses)), iterations=500 + 500 * len(losses))
+    return {gpu: constants(x, i) for i, gpu in enumerate(by_gpu)}
 
 
 def fit_elementwise(datasets: list[Dataset]) -> dict[str, ElementwiseConstants]:
@@ -155,7 +174,7 @@ def fit(datasets: list[Dataset]) -> Calibration:
     by_gpu: dict[str, list[Dataset]] = {}
     for d in datasets:
         by_gpu.setdefault(d.hardware, []).append(d)
-    return Calibration({g: fit_gemm(ds) for g, ds in by_gpu.items()}, fit_elementwise(datasets),
+    return Calibration(fit_gemm(by_gpu), fit_elementwise(datasets),
                        sorted(f"{d.model}@{d.hardware}" for d in datasets))
 
 
@@ -167,6 +186,40 @@ def layer_predictions(cal: Calibration, datasets: list[Dataset]) -> tuple[np.nda
             measured.append(sum(ops[op] for op in (*GEMM_OPS, *ELEMENTWISE_OPS)))
             predicted.append(layer_seconds(d.model, d.hardware, tp, n, cal))
     return np.concatenate(measured), np.concatenate(predicted)
+
+
+@dataclass(slots=True, frozen=True)
+class Point:
+    """One profiled shape, predicted and measured seconds per operator: where a held-out error comes from."""
+
+    model: str
+    hardware: str
+    tp: int
+    tokens: int
+    measured: dict[str, float]  # by operator (GEMM_OPS, ELEMENTWISE_OPS)
+    predicted: dict[str, float]
+
+    @property
+    def error(self) -> float:
+        return sum(self.predicted.values()) / sum(self.measured.values()) - 1
+
+    def __str__(self) -> str:
+        """The error, the shape, and the three operators furthest off (predicted/measured us)."""
+        off = sorted(self.measured, key=lambda op: -abs(self.predicted[op] - self.measured[op]))[:3]
+        return (f"{self.error:+6.1%} {self.model} on {self.tp} x {self.hardware}, {self.tokens:,} tokens, measured "
+                f"{sum(self.measured.values()) * 1e6:,.1f} us; " +
+                ", ".join(f"{op} {self.predicted[op] * 1e6:,.1f}/{self.measured[op] * 1e6:,.1f}" for op in off))
+
+
+def worst_points(cal: Calibration, datasets: list[Dataset], count: int) -> list[Point]:
+    """The `count` profiled shapes of `datasets` whose layer time `cal` predicts worst, worst first."""
+    points = []
+    for d in datasets:
+        for tp, n, ops in d.rows():
+            predicted = layer_op_seconds(d.model, d.hardware, tp, n, cal)
+            points += [Point(d.model, d.hardware, tp, int(n[i]), {op: float(ops[op][i]) for op in predicted},
+                             {op: float(v[i]) for op, v in predicted.items()}) for i in range(len(n))]
+    return sorted(points, key=lambda p: -abs(p.error))[:count]
 
 
 def interpolation_errors(datasets: list[Dataset]) -> np.ndarray:
@@ -214,26 +267,31 @@ class Report:
     heldout_points: tuple[np.ndarray, np.ndarray]  # (measured, predicted) seconds of those points
     interpolation: ErrorStats  # a measured profile between its profiled sizes (`interpolation_errors`)
     skipped: list[str]  # profiles of a model or GPU the catalogs lack
+    worst: dict[str, list[Point]]  # held-out set ("GPU h100", "model llama-2-7b") -> its worst points (`calibrate`)
 
 
 def _stats(measured: np.ndarray, predicted: np.ndarray) -> ErrorStats:
     return ErrorStats.of(predicted / measured - 1)
 
 
-def calibrate(root: str | Path) -> Report:
+def calibrate(root: str | Path, worst: int = 0) -> Report:
+    """Fit on every profile under `root`, and each held-out fit; keep each held-out set's `worst` points."""
     skipped: list[str] = []
     datasets = load_datasets(root, skipped)
     cal = fit(datasets)
-    gpu_out, arch_out, held = {}, {}, []
-    splits = [(gpu_out, gpu, lambda d, g=gpu: d.hardware == g) for gpu in sorted({d.hardware for d in datasets})]
-    splits += [(arch_out, "+".join(sorted({d.model for d in datasets if d.architecture == a})),
+    gpu_out, arch_out, held, worst_of = {}, {}, [], {}
+    splits = [(gpu_out, "GPU", gpu, lambda d, g=gpu: d.hardware == g) for gpu in sorted({d.hardware for d in datasets})]
+    splits += [(arch_out, "model", "+".join(sorted({d.model for d in datasets if d.architecture == a})),
                 lambda d, a=a: d.architecture == a) for a in sorted({d.architecture for d in datasets})]
-    for table, name, out in splits:
+    for table, kind, name, out in splits:
         train = [d for d in datasets if not out(d)]
         if train:
-            points = layer_predictions(fit(train), [d for d in datasets if out(d)])
+            held_cal, test = fit(train), [d for d in datasets if out(d)]
+            points = layer_predictions(held_cal, test)
             table[name] = _stats(*points)
             held.append(points)
+            if worst:
+                worst_of[f"{kind} {name}"] = worst_points(held_cal, test, worst)
     measured, predicted = (np.concatenate(a) for a in zip(*held, strict=True)) if held else (np.ones(1), np.ones(1))
     return Report(cal, _stats(*layer_predictions(cal, datasets)), gpu_out, arch_out, _stats(measured, predicted),
-                  (measured, predicted), ErrorStats.of(interpolation_errors(datasets)), skipped)
+                  (measured, predicted), ErrorStats.of(interpolation_errors(datasets)), skipped, worst_of)

@@ -2,6 +2,7 @@
 
     python -m sim calibrate --profiles profiles/vidur --plot calibration.png
     python -m sim calibrate --profiles profiles/vidur --write   # replace sim/calibration.json (the default model)
+    python -m sim calibrate --worst 20   # also each held-out set's 20 worst points, operator by operator
 
 The fitter (`sim.calibrate`) is imported when the command runs, not when the parser is built:
 every `python -m sim` command builds this parser.
@@ -26,6 +27,9 @@ def add_parser(sub) -> None:
     p.add_argument("--profiles", default=str(REPO / "profiles" / "vidur"),
                    help="Vidur's <gpu>/<org>/<model>/mlp.csv tree (default: the repository's profiles/vidur)")
     p.add_argument("--plot", default=None, help="write the held-out predicted-vs-measured figure (PNG)")
+    p.add_argument("--worst", type=int, default=0, metavar="N",
+                   help="also print each held-out set's N worst points: the shape, and the three operators "
+                        "furthest off (predicted/measured us)")
     p.add_argument("--write", action="store_true", help=f"save the constants fitted to all profiles as "
                                                         f"{CALIBRATION_FILE.name}, the default model's")
 
@@ -54,6 +58,9 @@ def format_report(r: Report) -> str:
             **{f"model {m}": s for m, s in r.leave_one_architecture_out.items()}}
     missed = [f"{name} ({'; '.join(s.misses())})" for name, s in sets.items() if s.misses()]
     lines.append(f"goals on each held-out set ({goals}): " + (f"missed by {', '.join(missed)}" if missed else "met"))
+    for name, points in r.worst.items():
+        lines += ["", f"held out, {name}: worst {len(points)} (error, shape; operators predicted/measured us)"]
+        lines += [f"  {p}" for p in points]
     return "\n".join(lines)
 
 
@@ -81,7 +88,9 @@ def plot_heldout(r: Report, path: str | Path) -> None:
 def run(args: argparse.Namespace) -> int:
     from .calibrate import calibrate
 
-    report = calibrate(args.profiles)
+    if args.worst < 0:
+        raise ValueError(f"--worst {args.worst}: expected a count of points >= 0")
+    report = calibrate(args.profiles, args.worst)
     print(format_report(report))
     if args.plot:
         plot_heldout(report, args.plot)

@@ -19,9 +19,10 @@ modelled here (`python -m sim calibrate` fits the constants and reports the erro
 - The LM head is a GEMM over the sampled positions only (the caller passes those rows).
 
 Per GPU (fitted from its profiles, or for a GPU without any the mean of the fitted ones applied to
-its own datasheet): the GEMM's fraction of peak FLOP/s and of peak bandwidth, latency and p. Shared
-by all GPUs (launch latencies, and bytes relative to the datasheet bandwidth): each elementwise
-operator's floor and bytes per element.
+its own datasheet): the GEMM's fraction of peak FLOP/s and of peak bandwidth, and p. Shared by all
+GPUs (launch latencies, and bytes relative to the datasheet bandwidth): the GEMM kernel's latency
+(fitted jointly, the same in each GPU's constants) and each elementwise operator's floor and bytes
+per element.
 """
 from __future__ import annotations
 

@@ -10,22 +10,22 @@ import pytest
 
 from sim.calibrate import ErrorStats, calibrate, fit, layer_predictions, load_datasets
 from sim.calibrate_cmd import format_report
-from sim.calibrated import default_calibration
+from sim.calibrated import ELEMENTWISE_OPS, GEMM_OPS, default_calibration
 
 from .test_gpu_cost import PROFILES
+
+WORST = 3  # points kept per held-out set
 
 
 @pytest.fixture(scope="module")
 def report():
-    return calibrate(PROFILES)
+    return calibrate(PROFILES, worst=WORST)
 
 
 ARCHITECTURES = ("llama-2-7b", "llama-3-8b", "llama-2-70b+llama-3-70b")
-MISSED = {  # held-out set -> why it misses issue 12's goals (see `python -m sim calibrate`)
-    "llama-2-7b": "worst 29.6%: H100 TP8 at 1 token +30%, the H100's GEMM latency fitted on the 70B alone "
-                  "(6.7 us; its 4 GEMMs measure 29 us in all)",
-    "llama-2-70b+llama-3-70b": "worst 26.3%: Llama-2-70B on H100s at TP1 near 240 tokens +26% (+23% even in sample: "
-                               "the smooth maximum, its p fitted on Llama-2-7B alone 1.50, overstates the overlap loss "
+MISSED = {  # held-out set -> why it misses issue 12's goals (see `python -m sim calibrate --worst 20`)
+    "llama-2-70b+llama-3-70b": "worst 26.7%: Llama-2-70B on H100s at TP1 near 240 tokens +27% ("
+                               "the smooth maximum, its p fitted on Llama-2-7B alone 1.49, overstates the overlap loss "
                                "where the 70B's compute and weight streaming are equal), and just past 512 tokens "
                                "-26% (measured GEMM time jumps 1.6-1.8x from 512 to 520 tokens, a cuBLAS kernel "
                                "choice)",
@@ -42,11 +42,10 @@ def test_heldout_errors_meet_the_goals(report):
     """Leave one GPU out and leave one architecture out, all points together."""
     assert report.heldout.median <= 0.05
     assert report.heldout.p90 <= 0.12
-    # The goal is 25%, not met: the worst held-out points are Llama-2-7B on H100s at one token (+30%, the
-    # GEMM latency fitted on the 70B alone) and cuBLAS kernel choices the model does not follow (Llama-2-70B
-    # on H100s just past 512 tokens, measured ~29% above the prediction). Held to what the model reaches,
-    # so that a regression shows.
-    assert report.heldout.worst <= 0.30
+    # The goal is 25%, not met: the worst held-out points are cuBLAS kernel choices the model does not follow
+    # (Llama-2-70B on H100s just past 512 tokens, measured ~29% above the prediction). Held to what the model
+    # reaches, so that a regression shows.
+    assert report.heldout.worst <= 0.29
     assert set(report.leave_one_gpu_out) == {"a100-80gb", "h100"}
     assert set(report.leave_one_architecture_out) == set(ARCHITECTURES)
     for stats in (*report.leave_one_gpu_out.values(), *report.leave_one_architecture_out.values()):
@@ -81,6 +80,21 @@ def test_the_report_prints_these_numbers(report):
         assert str(stats) in text
     assert f"median {report.heldout.median:6.1%}" in text
     assert "goals on each held-out set (median <= 5%, p90 <= 12%, worst <= 25%): missed by GPU h100 (worst" in text
+
+
+def test_each_heldout_sets_worst_points_are_where_its_worst_error_is(report):
+    """`--worst N`'s points: each set's worst error is its first point's, operator by operator summed."""
+    sets = {**{f"GPU {g}": s for g, s in report.leave_one_gpu_out.items()},
+            **{f"model {m}": s for m, s in report.leave_one_architecture_out.items()}}
+    assert set(report.worst) == set(sets)
+    text = format_report(report)
+    for name, points in report.worst.items():
+        assert len(points) == WORST
+        errors = [abs(p.error) for p in points]
+        assert errors == sorted(errors, reverse=True)
+        assert errors[0] == pytest.approx(sets[name].worst, rel=1e-9)
+        assert all(set(p.measured) == set(p.predicted) == {*GEMM_OPS, *ELEMENTWISE_OPS} for p in points)
+        assert f"held out, {name}: worst {WORST}" in text and all(str(p) in text for p in points)
 
 
 def test_the_shipped_constants_are_the_fit_on_all_profiles(report):
