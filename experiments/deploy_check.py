@@ -4,7 +4,12 @@ simulator predicted, for each router?
 The loop, closed at the cluster level: (1) profile the engine's step times as the replicas will run
 them: one engine per replica, each in a process of its own with one thread, all profiling the grid
 at once, so that each step is timed beside the other replica's (`paged.engine.profile`; the
-contention between replicas on this machine's cores is then in the prediction); (2) take a
+contention between replicas on this machine's cores is then in the prediction), then carry it to
+the engines as they serve (`calibrate`): replay a calibration load of its own (the trace's next
+requests, other system prompts, other tokens) through a deployment, take the replicas' steps from
+`/debug/steps`, and scale the profile by their forward time over the profile's for the same
+shapes, plus the gap between busy steps (`served_steps`: the replicas share the 2 cores with their
+HTTP servers, the router and the load generator, which the profiling engines did not); (2) take a
 slice of the Azure conversation trace (lengths scaled down), put one of 8 long system prompts, drawn at
 random, in front of every prompt (a shared-prefix working set larger than one replica's KV cache
 but not than two: where a router keeps a system prompt decides prefix-cache hits), and rescale its
@@ -12,14 +17,7 @@ arrivals to half the capacity the served model predicts for 2 replicas (108 requ
 no metric turns on a few of them, `deploy_slice_size.py`); (3) for each of
 round_robin, least_outstanding and prefix_aware, launch the real replicas and router (`paged
 launch`), measure the deployment's front-end latency on the idle deployment (probe requests: their TTFT as
-the client sees it less the engine's own, `vllm:time_to_first_token_seconds`), carry the profile to
-the engines as they serve (`calibrate`): replay a calibration load of its own (the trace's next
-requests, other system prompts, other tokens) through the deployment, take the replicas' steps from
-`/debug/steps`, and scale the profile by their forward time over the profile's for the same
-shapes, plus the gap between busy steps (`served_steps`: the replicas share the 2 cores with their
-HTTP servers, the router and the load generator, which the profiling engines did not; and the
-machine's speed moves from one minute to the next, so each router is calibrated right before its
-replay; the first calibration sets the slice's rate, the same for every router), simulate the slice
+the client sees it less the engine's own, `vllm:time_to_first_token_seconds`), simulate the slice
 on 2 replicas behind that router with that `frontend_latency_s` and the replicas' own cache and
 scheduler configs (the prediction is the mean over step times x0.97-1.03 the calibrated model's,
 `ENSEMBLE`: a load-aware router's choices jump at a 1% change of the machine's speed, which is
@@ -41,15 +39,13 @@ is reported as well.
 
 Writes DIR/deploy_check.json as {"routers": {name: {"metrics": {metric: {"predicted", "measured",
 "rel_error"}}, "profile_only": (the same, predicted from the profile without the calibration),
-"calibration", "served_steps", "frontend_latency_s": ...}}, "ranking": ..., "conditions": {...,
-"calibration": the one the slice's rate was set from}},
+"served_steps", "frontend_latency_s": ...}}, "ranking": ..., "conditions": {..., "calibration"}},
 a CSV, a figure and the verdicts. As in `sim_vs_real.py`, a part of the profile's grid is re-measured afterwards (the
 same way) and the ratio printed, with how many cores other processes kept busy meanwhile: on a
 shared machine the speed moves, and that bounds what any prediction can do. (Scaling the profile
-by a part of it re-measured right before each replay was tried with neighbours keeping 1.1-1.5 of
-the 2 cores busy: the factors were x1.9-x3.3 from one router to the next. A calibration is a
-served load of a few hundred steps instead, and this check is meant for a machine whose other
-work is stopped.)
+by a part of it re-measured right before each replay was tried: with neighbours keeping 1.1-1.5
+of the 2 cores busy the factors were x1.9-x3.3 from one router to the next, so each router's
+prediction carried its own noise and the ranking followed it.)
 
 Options besides --out and --quick: --profile PATH reuses a profile; --num-requests N sizes the slice;
 --routers a,b checks only those.
@@ -149,16 +145,15 @@ class Setup:
 # misses and prefills 192 more tokens (in the simulator, on a profile of this machine under load:
 # hit rate 0.58-0.64 against 0.41-0.50, mean TTFT 15-25% lower, over 3 draws of the groups).
 # Outputs an eighth of the trace's. 108 requests at half the predicted capacity (replays of about
-# 2 minutes each), each after a calibration load of 16 (half a minute: a ratio over 250-300 steps),
-# keep the whole check within the 12 minutes a timing run may take on this shared 2-core machine;
-# `deploy_slice_size.py` shows why so many: with 36 at 60% (the replicas busy enough that the trace's
-# bursts queue), a 1% change of step time moved least_outstanding's and prefix_aware's TTFT p50 by up
-# to 16%, their hit rates by 0.04, as one request finishing first changes where the next ones go; 108
-# at 50%, predicted as the mean over ENSEMBLE, keeps every metric within 3.5% (hit rates 0.01) of a
-# smooth response to step time.
+# 2 minutes each) and a calibration load of 36 keep the whole check within the 12 minutes a timing
+# run may take on this shared 2-core machine; `deploy_slice_size.py` shows why so many: with 36 at
+# 60% (the replicas busy enough that the trace's bursts queue), a 1% change of step time moved
+# least_outstanding's and prefix_aware's TTFT p50 by up to 16%, their hit rates by 0.04, as one
+# request finishing first changes where the next ones go; 108 at 50%, predicted as the mean over
+# ENSEMBLE, keeps every metric within 3.5% (hit rates 0.01) of a smooth response to step time.
 # The profile's decode contexts stop short of max_model_len - 1; DRIFT is a part of its grid,
 # re-measured after the replays.
-FULL = Setup(num_requests=108, calibration_requests=16, prompt_scale=1 / 16, output_scale=1 / 8, max_own_tokens=96,
+FULL = Setup(num_requests=108, calibration_requests=36, prompt_scale=1 / 16, output_scale=1 / 8, max_own_tokens=96,
              max_output_tokens=32, prefix_tokens=192, num_groups=8, load=0.5, max_num_seqs=8,
              max_num_batched_tokens=256, num_gpu_blocks=72,
              grid=ProfileGrid(prefill_chunks=(16, 64, 128, 256), prefill_contexts=(0, 192),
@@ -390,32 +385,32 @@ def replay_measured(url: str, urls: list[str], workload: Workload, vocab: int) -
     return summary, steps
 
 
-def calibrate(url: str, urls: list[str], workload: Workload, profile_path: Path, csv_path: Path, vocab: int) -> dict:
+def calibrate(setup: Setup, workload: Workload, profile_path: Path, out: Path, vocab: int) -> dict:
     """The engines' steps under the serving stack, on a calibration load: `workload` (the trace's next
     requests behind other system prompts, `shared_prefix_slice(calibration=True)`, at the slice's
-    load) replayed through the deployment at `url` right before the replay it calibrates, its tokens
-    drawn with a seed of its own (nothing it leaves in a prefix cache is hit by the replay). Their
-    forward time over the profile's for the same shapes, and the mean gap between busy steps, make
-    the cost model the prediction uses (`served_steps.served_cost_model`).
+    load) replayed through a deployment of its own (round_robin: both replicas busy alike), its
+    tokens drawn with a seed of its own. Their forward time over the profile's for the same shapes,
+    and the mean gap between busy steps, make the cost model the prediction uses
+    (`served_steps.served_cost_model`).
 
     Why: the profile times the engines alone. A served engine shares the machine's cores with its
     own HTTP front end, the other replica's, the router and the load generator, which on this
     2-core machine slows its steps (most when the machine is otherwise quiet: the profile then had
-    a core per engine), and it spends time between steps that the profile does not see. And the
-    machine's own speed moves by 10-20% from one minute to the next (with nothing else running:
-    a calibration once for all three routers ran at x1.020 the profile, the replays after it at
-    x0.994, x1.133 and x1.206), so each router's prediction is calibrated in its own launch, a
-    minute before its replay. Measured on a load of its own, never on the replay it predicts."""
-    marks = step_marks(urls)
-    records, wall = asyncio.run(replay(url, first_model(url), workload,
-                                       PromptMaker(workload, vocab_size=vocab, min_token_id=MIN_TOKEN_ID,
-                                                   seed=CALIBRATION_SEED)))
-    steps = replica_steps(urls, marks)
+    a core per engine), and it spends time between steps that the profile does not see. Measured on
+    a load of its own, never on the replay it predicts; one calibration for every router, so the
+    routers' predictions share it and their ranking does not follow its noise."""
+    with launched("round_robin", setup, out / "logs-calibration") as (url, urls):
+        probe_frontend(url, urls, workload, vocab)  # warms both replicas up, as before each replay
+        marks = step_marks(urls)
+        records, wall = asyncio.run(replay(url, first_model(url), workload,
+                                           PromptMaker(workload, vocab_size=vocab, min_token_id=MIN_TOKEN_ID,
+                                                       seed=CALIBRATION_SEED)))
+        steps = replica_steps(urls, marks)
     finished = summarize(workload, records, wall)["num_finished"]
     if finished != len(workload):
-        raise RuntimeError(f"calibration: {finished} of {len(workload)} requests finished; logs in {csv_path.parent}")
+        raise RuntimeError(f"calibration: {finished} of {len(workload)} requests finished; logs in {out}")
     frame = pd.concat([served_steps.step_frame(s, profile_path).assign(replica=i) for i, s in enumerate(steps)])
-    frame.to_csv(csv_path, index=False)
+    frame.to_csv(out / "steps-calibration.csv", index=False)
     served = served_steps.summary(frame)
     return {"forward_over_profile": served["forward_over_profile"]["all"], "busy_gap_s": served["busy_gap_s"]["mean"],
             "num_requests": len(workload), "served_steps": served}
@@ -574,26 +569,22 @@ def run(args: argparse.Namespace, setup: Setup) -> int:
     del engine  # its memory is the replicas' now
     calibration_load = shared_prefix_slice(setup, calibration=True)
     calibration_load = at_load(calibration_load, setup.load * saturation_throughput(calibration_load, profiled))
+    with others_load(load, "calibration"):
+        calibration = calibrate(setup, calibration_load, profile_path, args.out, vocab)
     fit = fit_profile(profile_path)
+    config = replace(profiled, cost_model=served_steps.served_cost_model(
+        fit, calibration["forward_over_profile"], calibration["busy_gap_s"]))
+    print(f"calibration: {served_steps.describe('both replicas', calibration['served_steps'])}", flush=True)
     trace = shared_prefix_slice(setup)
-    workload, capacity = None, float("nan")
+    capacity = saturation_throughput(trace, config)
+    workload = at_load(trace, setup.load * capacity)
     remeasure = not args.quick  # --quick checks plumbing: one profile shows it
     routers, timings = {}, {}
     for router in args.routers:
         log_dir = args.out / f"logs-{router}"
         t = time.perf_counter()
         with launched(router, setup, log_dir) as (url, urls):
-            frontend = probe_frontend(url, urls, trace, vocab)  # warms both replicas up
-            with others_load(load, f"calibration {router}"):
-                calibration = calibrate(url, urls, calibration_load, profile_path,
-                                        args.out / f"steps-calibration-{router}.csv", vocab)
-            print(f"calibration {router}: {served_steps.describe('both replicas', calibration['served_steps'])}",
-                  flush=True)
-            config = replace(profiled, cost_model=served_steps.served_cost_model(
-                fit, calibration["forward_over_profile"], calibration["busy_gap_s"]))
-            if workload is None:  # every router replays the same slice, at a rate set by the first calibration
-                capacity = saturation_throughput(trace, config)
-                workload, rate_calibration = at_load(trace, setup.load * capacity), calibration
+            frontend = probe_frontend(url, urls, workload, vocab)
             routed = {"router": router, "frontend_latency_s": frontend["frontend_latency_s"]}
             predicted = predict(workload, replace(config, **routed), fit, calibration["forward_over_profile"],
                                 calibration["busy_gap_s"])
@@ -609,12 +600,12 @@ def run(args: argparse.Namespace, setup: Setup) -> int:
         served = {f"replica{i}": served_steps.summary(f) for i, f in enumerate(frames)}
         drifted = served_steps.drift(served_steps.summary(pd.concat(frames)), calibration["forward_over_profile"],
                                      calibration["busy_gap_s"])
-        routers[router] = {"metrics": compare(predicted, measured), **frontend, "calibration": calibration,
-                           "drift": drifted, "num_steps_predicted": predicted["num_steps"], "served_steps": served,
+        routers[router] = {"metrics": compare(predicted, measured), **frontend, "drift": drifted,
+                           "num_steps_predicted": predicted["num_steps"], "served_steps": served,
                            "profile_only": compare(profile_only, measured),
                            "send_lateness_p99_s": measured["send_lateness_s"]["p99"]}
-        print(f"{router}: front-end latency {frontend['frontend_latency_s'] * 1e3:.1f} ms; launched, probed, "
-              f"calibrated and replayed in {timings[router]:.0f} s", flush=True)
+        print(f"{router}: front-end latency {frontend['frontend_latency_s'] * 1e3:.1f} ms; launched, probed and "
+              f"replayed in {timings[router]:.0f} s", flush=True)
         for name, s in served.items():
             print(f"  {served_steps.describe(name, s)}", flush=True)
     after = None
@@ -626,7 +617,7 @@ def run(args: argparse.Namespace, setup: Setup) -> int:
     doc = {"routers": routers, "ranking": ranking_doc(routers),
            "conditions": {"model": MODEL, "replicas": REPLICAS, "setup": asdict(setup), "profile": str(profile_path),
                           "profile_concurrent_engines": before_profile.get("concurrent_engines", 1),
-                          "calibration": rate_calibration,
+                          "calibration": calibration,
                           "num_requests": len(workload), "offered_req_s": setup.load * capacity,
                           "capacity_req_s_predicted": capacity, "replay_wall_s": timings,
                           "profile_after_replay_over_before": slower, "other_processes_cores": load}}

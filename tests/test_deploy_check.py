@@ -59,11 +59,8 @@ def test_deploy_check_quick(tmp_path):
     assert all(c > e > 0 for c, e in zip(router["probe_ttft_client_s"], router["probe_ttft_engine_s"], strict=True))
     assert 0 < router["frontend_latency_s"] < min(router["probe_ttft_client_s"])
     assert doc["conditions"]["profile_concurrent_engines"] == dc.REPLICAS
-    # the calibration load ran on this router's served engines before its replay (the first router's also set
-    # the slice's rate), and the replay's steps were read back from both replicas
-    calibration = router["calibration"]
-    assert doc["conditions"]["calibration"] == calibration
-    assert (tmp_path / "steps-calibration-prefix_aware.csv").stat().st_size > 0
+    # the calibration load ran on the served engines, and the replay's steps were read back from both replicas
+    calibration = doc["conditions"]["calibration"]
     assert calibration["forward_over_profile"] > 0 and calibration["busy_gap_s"] >= 0
     assert calibration["served_steps"]["num_steps"] > 0 and calibration["num_requests"] == dc.QUICK.calibration_requests
     assert set(router["served_steps"]) == {f"replica{i}" for i in range(dc.REPLICAS)}
