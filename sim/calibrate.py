@@ -31,8 +31,9 @@ from .calibrated import (
     ElementwiseConstants,
     GemmConstants,
     elementwise_widths,
-    gemm_seconds,
+    gemm_seconds_of_work,
     gemm_shapes,
+    gemm_work,
     layer_op_seconds,
     layer_seconds,
 )
@@ -133,9 +134,10 @@ def gemm_loss(datasets: list[Dataset]):
             totals.append(sum(ops[op] for op in GEMM_OPS))
     n, nn, kk, row = (np.concatenate(c) for c in zip(*cases, strict=True))
     t = np.concatenate(totals)
+    work = gemm_work(n, nn, kk, hw)  # the same at every evaluation of the search
 
     def loss(c: GemmConstants) -> float:
-        predicted = np.bincount(row, weights=gemm_seconds(n, nn, kk, hw, c), minlength=len(t))
+        predicted = np.bincount(row, weights=gemm_seconds_of_work(*work, hw, c), minlength=len(t))
         return float(np.sum(np.log(predicted / t) ** 2))
 
     return loss

@@ -94,11 +94,23 @@ def default_calibration() -> Calibration:
 
 def gemm_seconds(rows, n: int, k: int, hw: HardwareSpec, c: GemmConstants) -> np.ndarray:
     """A (rows x k) @ (k x n) FP16 GEMM (see the module doc); `rows` an array of token counts >= 1."""
+    return gemm_seconds_of_work(*gemm_work(rows, n, k, hw), hw, c)
+
+
+def gemm_work(rows, n: int, k: int, hw: HardwareSpec) -> tuple[np.ndarray, np.ndarray]:
+    """(bytes moved, FLOPs the SMs spend) of `gemm_seconds`' GEMMs: what the constants do not change. A
+    fit computes them once (`sim.calibrate.gemm_loss`): the tiling is most of the time of an evaluation."""
     m = np.asarray(rows, dtype=np.float64)
-    memory = 2.0 * (n * k + m * (n + k)) / (hw.memory_bandwidth * c.bandwidth_efficiency)
+    memory = 2.0 * (n * k + m * (n + k))
     small = 2.0 ** np.ceil(np.log2(np.maximum(m, 16)))  # a power-of-two tile for fewer rows than tile_m
     compute = np.min([_tiled_compute(m, n, k, np.minimum(small, tm), tn, hw) for tm in TILES_M for tn in TILES_N],
                      axis=0)
+    return memory, compute
+
+
+def gemm_seconds_of_work(memory: np.ndarray, compute: np.ndarray, hw: HardwareSpec, c: GemmConstants) -> np.ndarray:
+    """`gemm_seconds` from `gemm_work`'s bytes and FLOPs, under constants `c`."""
+    memory = memory / (hw.memory_bandwidth * c.bandwidth_efficiency)
     compute = compute / (hw.peak_flops * c.compute_efficiency)
     p = c.sharpness
     return c.latency_s + (memory**p + compute**p) ** (1 / p)

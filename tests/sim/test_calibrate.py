@@ -1,7 +1,7 @@
 """Fitting the calibrated model to the repository's Vidur profiles: the errors the report prints,
 held against the goals of issue 12 (non-attention step time, 1-4,096 tokens, every TP degree).
 
-One fit on everything plus five held-out fits: about half a minute, so the report is computed once. The full
+One fit on everything plus five held-out fits: about 15 s on one core, so the report is computed once. The full
 figures are `python -m sim calibrate`'s."""
 import shutil
 
