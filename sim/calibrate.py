@@ -40,7 +40,7 @@ from .calibrated import (
 from .hardware import get_hardware
 from .models import get_model
 from .profiled import relative_nnls
-from .vidur import VIDUR_GPUS, LayerProfile, read_layer_profile
+from .vidur import VIDUR_GPUS, LayerProfile, ShapeMismatch, read_layer_profile
 
 MAX_TOKENS = 4096
 GOALS = {"median": 0.05, "p90": 0.12, "worst": 0.25}  # issue 12's, on each held-out set
@@ -68,18 +68,25 @@ class Dataset:
 
 def load_datasets(root: str | Path, skipped: list[str] | None = None) -> list[Dataset]:
     """Every `<gpu>/<org>/<model>/mlp.csv` under `root` whose GPU and model the catalogs know; the
-    others (Vidur profiles more models than the catalog holds) are listed in `skipped`."""
+    others (Vidur profiles more models than the catalog holds) are listed in `skipped`, and so is a
+    profile whose rows are not of its catalog model's shape, with the shapes (a tree of profiles is
+    calibrated on what it holds of the catalog's models; a file of the wrong model fits nothing)."""
     gpus = {v: k for k, v in VIDUR_GPUS.items()}
     out = []
     for path in sorted(Path(root).glob("*/*/*/mlp.csv")):
         gpu, model_id = path.parts[-4].lower(), "/".join(path.parts[-3:-1]).lower()
+        where = "/".join(path.parts[-4:-1])
         try:
             hw, model = get_hardware(gpus.get(gpu, gpu)).name, get_model(model_id).name
         except ValueError:
             if skipped is not None:
-                skipped.append("/".join(path.parts[-4:-1]))
+                skipped.append(where)
             continue
-        out.append(Dataset(hw, model, read_layer_profile(path, model_id)))
+        try:
+            out.append(Dataset(hw, model, read_layer_profile(path, model_id)))
+        except ShapeMismatch as e:
+            if skipped is not None:
+                skipped.append(f"{where} ({e.shapes})")
     if not out:
         raise FileNotFoundError(f"{str(root)!r}: no <gpu>/<org>/<model>/mlp.csv profiles of a catalog model and GPU "
                                 "under it")

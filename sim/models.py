@@ -64,6 +64,18 @@ MODELS: dict[str, ModelSpec] = {m.name: m for m in (
               intermediate_size=14336, vocab_size=128256),
     ModelSpec("qwen2-7b", 7.62e9, 28, 28, 4, 128, 3584, 32768, ("qwen/qwen2-7b",),
               intermediate_size=18944, vocab_size=152064),
+    # The three other Llama-family models Vidur profiles, as its model configs give their shapes (so that
+    # a tree of Vidur's profiles calibrates and predicts them too). Vidur keeps InternLM2-20B's profiles in
+    # a folder named internlm/internlm-20b. Qwen-72B's config.json says intermediate_size 49152: Qwen's
+    # code halves it for each of the MLP's two input projections.
+    ModelSpec("codellama-34b", 33.74e9, 48, 64, 8, 128, 8192, 16384,
+              ("codellama/codellama-34b-hf", "codellama/codellama-34b-instruct-hf"),
+              intermediate_size=22016, vocab_size=32000),
+    ModelSpec("internlm2-20b", 19.86e9, 48, 48, 8, 128, 6144, 32768,
+              ("internlm/internlm2-20b", "internlm/internlm-20b"),
+              intermediate_size=16384, vocab_size=92544),
+    ModelSpec("qwen-72b", 72.29e9, 80, 64, 64, 128, 8192, 32768, ("qwen/qwen-72b",),
+              intermediate_size=24576, vocab_size=152064),
     ModelSpec("smollm2-135m", 134.5e6, 30, 9, 3, 64, 576, 8192,
               ("huggingfacetb/smollm2-135m", "huggingfacetb/smollm2-135m-instruct", "smollm2-135m-instruct"),
               intermediate_size=1536, vocab_size=49152),

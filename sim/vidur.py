@@ -77,6 +77,16 @@ def _read_rows(path: Path) -> list[dict[str, str]]:
         raise FileNotFoundError(f"vidur profile {str(path)!r}: cannot read it: {e.strerror}") from None
 
 
+class ShapeMismatch(ValueError):
+    """A profile's rows are not of the model's shape (a profile of another model)."""
+
+    def __init__(self, path: Path, model: ModelSpec, shapes: list[tuple[int, ...]]) -> None:
+        expected = (model.num_heads, model.num_kv_heads, model.hidden_size, model.intermediate_size)
+        self.shapes = (f"rows of shape (n_head, n_kv_head, n_embd, n_expanded_embd) {shapes}: expected "
+                       f"{model.name}'s {expected}")
+        super().__init__(f"vidur profile {str(path)!r}: {self.shapes}")
+
+
 def read_layer_profile(path: str | Path, model: str | ModelSpec | None = None) -> LayerProfile:
     """`mlp.csv` at `path`, checked against `model`'s shape when one is given."""
     path = Path(path)
@@ -95,8 +105,7 @@ def read_layer_profile(path: str | Path, model: str | ModelSpec | None = None) -
         expected = (m.num_heads, m.num_kv_heads, m.hidden_size, m.intermediate_size)
         shapes = {tuple(int(v) for v in row[:4]) for row in table}
         if shapes != {expected}:
-            raise ValueError(f"vidur profile {str(path)!r}: rows of shape (n_head, n_kv_head, n_embd, "
-                             f"n_expanded_embd) {sorted(shapes)}: expected {m.name}'s {expected}")
+            raise ShapeMismatch(path, m, sorted(shapes))
     tokens, seconds, ops = {}, {}, {}
     for tp in np.unique(table[:, 5]).astype(int):
         sub = table[table[:, 5] == tp]

@@ -11,6 +11,8 @@ import pytest
 from sim.calibrate import ErrorStats, calibrate, fit, layer_predictions, load_datasets
 from sim.calibrate_cmd import format_report
 from sim.calibrated import ELEMENTWISE_OPS, GEMM_OPS, default_calibration
+from sim.models import get_model
+from sim.vidur import find_profile, read_layer_profile
 
 from .test_gpu_cost import PROFILES
 
@@ -115,6 +117,55 @@ def test_a_heldout_fit_never_sees_its_gpu():
     assert len(measured) == 2 * 4 * 259  # two models, four TP degrees, 259 token counts
     assert ErrorStats.of(predicted / measured - 1).median < 0.06
     assert np.all(predicted > 0)
+
+
+def _profile_of_shape(src, dst, model):
+    """Vidur's mlp.csv at `src` with its shape columns set to `model`'s (the times kept)."""
+    import csv
+
+    m = get_model(model)
+    with open(src, newline="") as f:
+        rows = list(csv.DictReader(f))
+    for r in rows:
+        r.update(n_head=m.num_heads, n_kv_head=m.num_kv_heads, n_embd=m.hidden_size,
+                 n_expanded_embd=m.intermediate_size)
+    dst.parent.mkdir(parents=True)
+    with open(dst, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+
+
+def test_every_llama_family_model_vidur_profiles_is_found_under_its_folder(tmp_path):
+    """Vidur's tree holds CodeLlama-34B, InternLM2-20B (in a folder named internlm-20b) and Qwen-72B
+    besides the Llama models: a tree of them calibrates them and `vidur:DIR` finds them by folder."""
+    src = PROFILES / "a100" / "meta-llama" / "Llama-2-7b-hf" / "mlp.csv"
+    folders = {"codellama-34b": "codellama/CodeLlama-34b-Instruct-hf", "internlm2-20b": "internlm/internlm-20b",
+               "qwen-72b": "Qwen/Qwen-72B"}
+    for model, folder in folders.items():
+        _profile_of_shape(src, tmp_path / "a40" / folder / "mlp.csv", model)
+    data = load_datasets(tmp_path)
+    assert sorted((d.model, d.hardware) for d in data) == [(m, "a40") for m in sorted(folders)]
+    for model, folder in folders.items():
+        assert find_profile(tmp_path, model, "a40") == tmp_path / "a40" / folder / "mlp.csv"
+    cal = fit(data)
+    measured, predicted = layer_predictions(cal, data)
+    assert np.all(np.isfinite(predicted)) and np.all(predicted > 0) and len(predicted) == len(measured)
+
+
+def test_a_profile_of_another_shape_in_a_tree_is_skipped_with_its_shape(tmp_path):
+    """A tree's file whose rows are not its folder's model (here Llama-2-7B's rows in InternLM2-20B's
+    folder) is skipped and named with both shapes; read on its own it is an error."""
+    llama = PROFILES / "a100" / "meta-llama" / "Llama-2-7b-hf"
+    shutil.copytree(llama, tmp_path / "a100" / "meta-llama" / "Llama-2-7b-hf")
+    wrong = tmp_path / "a100" / "internlm" / "internlm-20b"
+    shutil.copytree(llama, wrong)
+    skipped = []
+    assert [d.model for d in load_datasets(tmp_path, skipped)] == ["llama-2-7b"]
+    assert skipped == ["a100/internlm/internlm-20b (rows of shape (n_head, n_kv_head, n_embd, n_expanded_embd) "
+                       "[(32, 32, 4096, 11008)]: expected internlm2-20b's (48, 8, 6144, 16384))"]
+    with pytest.raises(ValueError, match=r"internlm-20b/mlp.csv': rows of shape .*\[\(32, 32, 4096, 11008\)\]"):
+        read_layer_profile(wrong / "mlp.csv", "internlm/internlm-20b")
 
 
 def test_profiles_of_models_the_catalog_lacks_are_skipped_and_named(tmp_path):
