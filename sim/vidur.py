@@ -8,7 +8,8 @@ What the simulator takes from `mlp.csv` is, per tensor-parallel degree and profi
 one layer's non-attention time on one GPU: the sum of the operators' medians but `emb`, as Vidur's
 own predictor sums them (the embedding gather is not a layer's, and only one GPU of the group runs
 it). A shape listed twice is averaged. The rows must be of the model's shape (heads, KV heads,
-hidden size, MLP size): a profile of another model would otherwise pass silently.
+hidden size, MLP size): a profile of another model would otherwise pass silently. Vidur's older
+per-GPU files (`data/profiling/a100/mlp.csv`) hold several models' rows: the model's are taken.
 """
 from __future__ import annotations
 
@@ -88,7 +89,8 @@ class ShapeMismatch(ValueError):
 
 
 def read_layer_profile(path: str | Path, model: str | ModelSpec | None = None) -> LayerProfile:
-    """`mlp.csv` at `path`, checked against `model`'s shape when one is given."""
+    """`mlp.csv` at `path`: the rows of `model`'s shape when one is given (an error if there are none),
+    else all its rows, which must then be of one shape."""
     path = Path(path)
     rows = _read_rows(path)
     wanted = (*SHAPE_COLUMNS, *(f"time_stats.{op}.median" for op in LAYER_OPS))
@@ -100,12 +102,17 @@ def read_layer_profile(path: str | Path, model: str | ModelSpec | None = None) -
         table = np.array([[float(r[c]) for c in wanted] for r in rows])
     except ValueError as e:
         raise ValueError(f"vidur profile {str(path)!r}: {e}: expected numbers in {list(wanted)}") from None
+    shape_of_row = [tuple(int(v) for v in row[:4]) for row in table]
+    shapes = sorted(set(shape_of_row))
     if model is not None:
         m = get_model(model)
         expected = (m.num_heads, m.num_kv_heads, m.hidden_size, m.intermediate_size)
-        shapes = {tuple(int(v) for v in row[:4]) for row in table}
-        if shapes != {expected}:
-            raise ShapeMismatch(path, m, sorted(shapes))
+        if expected not in shapes:
+            raise ShapeMismatch(path, m, shapes)
+        table = table[[shape == expected for shape in shape_of_row]]
+    elif len(shapes) > 1:
+        raise ValueError(f"vidur profile {str(path)!r}: rows of {len(shapes)} shapes (n_head, n_kv_head, n_embd, "
+                         f"n_expanded_embd) {shapes}: expected one, or the model to take the rows of")
     tokens, seconds, ops = {}, {}, {}
     for tp in np.unique(table[:, 5]).astype(int):
         sub = table[table[:, 5] == tp]

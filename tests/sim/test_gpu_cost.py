@@ -103,6 +103,26 @@ def test_measured_profile_is_exact_at_profiled_points_and_read_as_vidur_sums():
     assert p.at(1, 8192) == pytest.approx(2 * at, rel=0.05)  # past the last: the last two's slope
 
 
+def test_a_file_of_several_models_gives_each_model_its_rows(tmp_path):
+    """Vidur's older per-GPU mlp.csv holds every model's rows in one file: each model takes its own."""
+    llama3 = PROFILES / "a100" / "meta-llama" / "Meta-Llama-3-8B" / "mlp.csv"
+    lines2, lines3 = A100_7B.read_text().splitlines(), llama3.read_text().splitlines()
+    assert lines2[0] == lines3[0]
+    both = tmp_path / "mlp.csv"
+    both.write_text("\n".join([lines2[0], *lines3[1:], *lines2[1:]]) + "\n")
+    for model, alone in (("llama-2-7b", A100_7B), ("llama-3-8b", llama3)):
+        got, want = read_layer_profile(both, model), read_layer_profile(alone, model)
+        assert got.tokens.keys() == want.tokens.keys()
+        for tp in want.tokens:
+            assert np.array_equal(got.tokens[tp], want.tokens[tp]) and np.array_equal(got.seconds[tp], want.seconds[tp])
+    with pytest.raises(ValueError, match=r"rows of 2 shapes .*\(32, 8, 4096, 14336\), \(32, 32, 4096, 11008\)\]"):
+        read_layer_profile(both)
+    for tokens in (1, 300, 4096):
+        mixed = step_breakdown("llama-3-8b", "a100-80gb", cost_model=f"vidur:{tmp_path}", num_prefill_tokens=tokens)
+        own = step_breakdown("llama-3-8b", "a100-80gb", cost_model=f"vidur:{llama3.parent}", num_prefill_tokens=tokens)
+        assert mixed == own
+
+
 def test_bad_profiles(tmp_path):
     with pytest.raises(FileNotFoundError, match="nowhere.*no such folder"):
         gpu_cost_model(f"vidur:{tmp_path / 'nowhere'}", "llama-2-7b", "a100-80gb")
