@@ -2,17 +2,19 @@
 any such model, not only the catalog's.
 
 Llama-family: decoder-only, RMSNorm, rotary, a gated (SwiGLU) MLP, optional grouped-query
-attention: Llama 1-3, CodeLlama, Mistral, Qwen2 (its QKV biases are too small to count), InternLM
-and InternLM2. Parameters are counted from the shapes (the embedding counted once when tied to
-the LM head); mixture-of-experts variants are refused rather than mis-timed. A sliding window
-(Mistral v0.1) is not read: attention is timed as full attention over the whole context.
+attention: Llama 1-3, CodeLlama, Mistral, Qwen (1) and Qwen2 (their QKV biases are too small to
+count), InternLM and InternLM2. Qwen (1)'s config.json gives twice the width of each of the MLP's
+two input projections (its code halves `intermediate_size`), and the head size as `kv_channels`.
+Parameters are counted from the shapes (the embedding counted once when tied to the LM head);
+mixture-of-experts variants are refused rather than mis-timed. A sliding window (Mistral v0.1) is
+not read: attention is timed as full attention over the whole context.
 """
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-LLAMA_FAMILY = ("llama", "mistral", "qwen2", "internlm", "internlm2", "codellama")
+LLAMA_FAMILY = ("llama", "mistral", "qwen", "qwen2", "internlm", "internlm2", "codellama")
 REQUIRED = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size")
 
 
@@ -45,8 +47,10 @@ def read_hf_config(path: str | Path):
                          "integers >= 1")
     h, layers, heads = cfg["hidden_size"], cfg["num_hidden_layers"], cfg["num_attention_heads"]
     kv_heads = cfg.get("num_key_value_heads") or heads
-    head_dim = cfg.get("head_dim") or h // heads
+    head_dim = cfg.get("head_dim") or cfg.get("kv_channels") or h // heads
     ffn, vocab = cfg["intermediate_size"], cfg["vocab_size"]
+    if kind == "qwen":
+        ffn //= 2
     per_layer = h * (heads + 2 * kv_heads) * head_dim + heads * head_dim * h + 3 * h * ffn + 2 * h
     params = layers * per_layer + vocab * h * (1 if cfg.get("tie_word_embeddings") else 2) + h
     name = cfg.get("_name_or_path") or p.parent.name

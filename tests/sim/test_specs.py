@@ -27,6 +27,21 @@ def test_hf_config_gives_the_shapes_and_parameter_count(tmp_path):
     assert get_model(str(tmp_path)).num_params == pytest.approx(get_model("llama-3-8b").num_params, rel=1e-3)
 
 
+def test_a_qwen_1_config_gives_the_mlp_its_code_builds(tmp_path):
+    """Qwen-72B's config.json (model_type "qwen") says intermediate_size 49152 and kv_channels 128; its MLP's
+    input projections are 24576 wide each: the shapes Vidur profiled (the catalog's qwen-72b)."""
+    qwen = {"architectures": ["QWenLMHeadModel"], "model_type": "qwen", "hidden_size": 8192, "intermediate_size": 49152,
+            "kv_channels": 128, "num_attention_heads": 64, "num_hidden_layers": 80, "vocab_size": 152064,
+            "max_position_embeddings": 32768, "seq_length": 32768, "tie_word_embeddings": False, "no_bias": True,
+            "_name_or_path": "Qwen/Qwen-72B"}
+    (tmp_path / "config.json").write_text(json.dumps(qwen))
+    m, catalog = get_model(str(tmp_path)), get_model("qwen/qwen-72b")
+    shape = ("num_layers", "num_heads", "num_kv_heads", "head_dim", "hidden_size", "intermediate_size", "vocab_size",
+             "max_model_len")
+    assert [getattr(m, k) for k in shape] == [getattr(catalog, k) for k in shape]
+    assert m.intermediate_size == 24576 and m.num_params == pytest.approx(72.29e9, rel=1e-3)
+
+
 def test_hf_config_runs_in_the_simulator(tmp_path, azure_conv):
     (tmp_path / "config.json").write_text(json.dumps(MISTRAL))
     r = simulate(load_workload(azure_conv, num_requests=50), SimConfig(model=str(tmp_path), hardware="l40s"))
