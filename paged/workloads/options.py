@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 
+from .traces import FORMATS
 from .workload import Workload, load_workload, select, shared_prefix_workload
 
 WORKLOAD_KEYS = ("trace", "shared_prefix", "format", "num_requests", "start_s", "duration_s", "time_scale", "arrival",
@@ -33,7 +34,7 @@ def add_workload_options(p: argparse.ArgumentParser, trace_default=None) -> None
     g.add_argument("--shared-prefix", type=shared_prefix_arg, default=None, metavar="GROUPS,PREFIX,SUFFIX,OUTPUT",
                    help="instead of a trace: --num-requests synthetic requests at --rate, in GROUPS groups each "
                         "sharing a PREFIX-token system prompt, then SUFFIX tokens of their own, OUTPUT tokens out")
-    g.add_argument("--format", default="auto", choices=("auto", "azure", "vidur", "mooncake", "lengths"),
+    g.add_argument("--format", default="auto", choices=("auto", *FORMATS),
                    help="trace format (auto: from the header, or .jsonl for Mooncake; traces/README.md)")
     g.add_argument("--num-requests", type=int, default=None, help="take the first N requests (default: all)")
     g.add_argument("--start-s", type=float, default=0.0, help="time window start (s after the first arrival)")

@@ -4,6 +4,9 @@ and the value. Formats (see traces/README.md):
 - azure:    `TIMESTAMP,ContextTokens,GeneratedTokens` (absolute datetimes)
 - vidur:    `arrived_at,num_prefill_tokens,num_decode_tokens` (seconds)
 - mooncake: JSON lines with `timestamp` (ms), `input_length`, `output_length`, `hash_ids`
+- burstgpt: BurstGPT's `Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type`
+            (seconds); its failed requests (`Response tokens` 0: no answer came) are dropped, with a
+            warning that counts them, as `vllm bench serve`'s BurstGPT loader drops them
 - lengths:  `num_prefill_tokens,num_decode_tokens` (no arrival times: arrivals are synthetic)
 
 A file whose name ends in .gz is read through gzip.
@@ -32,12 +35,13 @@ REPO = Path(__file__).resolve().parents[2]
 TRACES_DIR = REPO / "traces"
 AZURE_CONV = TRACES_DIR / "azure_llm_2023_conv.csv"
 
-FORMATS = ("azure", "vidur", "mooncake", "lengths")
+FORMATS = ("azure", "vidur", "burstgpt", "mooncake", "lengths")
 OPTIONAL_COLUMNS = ("priority", "business_value", "slo_s")
 MAX_LENGTH = 2**31 - 1  # tokens: beyond this a length is a unit mistake, and int32 columns would wrap
 _CSV_COLUMNS = {
     "azure": ("TIMESTAMP", "ContextTokens", "GeneratedTokens"),
     "vidur": ("arrived_at", "num_prefill_tokens", "num_decode_tokens"),
+    "burstgpt": ("Timestamp", "Request tokens", "Response tokens"),
     "lengths": ("num_prefill_tokens", "num_decode_tokens"),
 }
 
@@ -68,7 +72,7 @@ def detect_format(path: str | Path) -> str:
         raise _decode_error(path, e) from None
     except (OSError, EOFError) as e:  # gzip's errors on a file that only looks compressed
         raise TraceError(f"{path}: cannot read the trace: {e}") from None
-    for fmt in ("azure", "vidur", "lengths"):
+    for fmt in ("azure", "vidur", "burstgpt", "lengths"):
         if all(c in header for c in _CSV_COLUMNS[fmt]):
             return fmt
     raise TraceError(f"{path}: cannot tell the trace format from the header {header}; expected the columns of "
@@ -116,7 +120,7 @@ def _lengths(path: Path, raw, column: str) -> np.ndarray:
     bad = ~(np.isfinite(values) & (values >= 1) & (values <= MAX_LENGTH) & (values == np.floor(values)))
     if bad.any():
         i = int(np.argmax(bad))
-        raise _fail(path, i, column, raw.iloc[i], f"a whole number of tokens in [1, {MAX_LENGTH}]")
+        raise _fail(path, raw.index[i], column, raw.iloc[i], f"a whole number of tokens in [1, {MAX_LENGTH}]")
     return values.astype(np.int64)
 
 
@@ -131,7 +135,7 @@ def _optional(path: Path, df, column: str) -> np.ndarray | None:
     for i, v in enumerate(values):
         expected = _check_optional(column, v)
         if expected:
-            raise _fail(path, i, column, raw.iloc[i], expected)
+            raise _fail(path, raw.index[i], column, raw.iloc[i], expected)
     return values.astype(np.int64) if column == "priority" else values
 
 
@@ -189,16 +193,22 @@ def _read_csv(path: Path, fmt: str) -> TraceColumns:
             raise _fail(path, i, "TIMESTAMP", raw.iloc[i], "a datetime like 2023-11-16 18:15:46.6805900")
         arrival = (ts - ts.iloc[0]).dt.total_seconds().to_numpy(dtype=np.float64) if len(ts) else np.zeros(0)
         time_col = "TIMESTAMP"
-    elif fmt == "vidur":
-        raw = df["arrived_at"]
+    elif fmt in ("vidur", "burstgpt"):
+        time_col = columns[0]
+        raw = df[time_col]
         arrival = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=np.float64)
         bad = ~(np.isfinite(arrival) & (arrival >= 0))
         if bad.any():
             i = int(np.argmax(bad))
-            raise _fail(path, i, "arrived_at", raw.iloc[i], "a time in seconds >= 0")
-        time_col = "arrived_at"
+            raise _fail(path, i, time_col, raw.iloc[i], "a time in seconds >= 0")
     if arrival is not None:
         _check_order(path, arrival, df[time_col])
+    if fmt == "burstgpt":
+        failed = (pd.to_numeric(df["Response tokens"], errors="coerce") == 0).to_numpy()
+        if failed.any():  # rows keep their labels: an error still names the file's line
+            warnings.warn(f"{path}: dropped {int(failed.sum())} of {len(df)} requests whose Response tokens is 0 "
+                          "(BurstGPT's failed requests: no answer came)", stacklevel=3)
+            df, arrival = df[~failed], arrival[~failed]
     prompt_col, output_col = columns[-2:]
     return TraceColumns(arrival, _lengths(path, df[prompt_col], prompt_col), _lengths(path, df[output_col], output_col),
                         **{c: _optional(path, df, c) for c in OPTIONAL_COLUMNS})

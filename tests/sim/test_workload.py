@@ -29,6 +29,29 @@ def test_vidur_format(tmp_path):
     assert w.arrival_s.tolist() == [0.0, 0.5, 0.5] and w.num_prompt_tokens.tolist() == [10, 20, 5]
 
 
+BURST = "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+
+
+def test_burstgpt_format_drops_failed_requests_and_says_so(tmp_path):
+    """BurstGPT's own columns (seconds, two models, API and conversation logs); a failed request (Response
+    tokens 0) never got an answer, so it cannot be replayed: dropped, counted in a warning."""
+    p = tmp_path / "BurstGPT_1.csv"
+    p.write_text(BURST + "5,ChatGPT,472,18,490,Conversation log\n45,ChatGPT,1087,0,1087,Conversation log\n"
+                 "118,GPT-4,417,276,693,Conversation log\n140,ChatGPT,1360,107,1467,API log\n")
+    assert detect_format(p) == "burstgpt"
+    with pytest.warns(UserWarning, match=r"BurstGPT_1.csv: dropped 1 of 4 requests whose Response tokens is 0"):
+        w = load_workload(p)
+    assert w.arrival_s.tolist() == [0.0, 113.0, 135.0]
+    assert w.num_prompt_tokens.tolist() == [472, 417, 1360] and w.num_output_tokens.tolist() == [18, 276, 107]
+    # a bad row after a dropped one is still named by its line in the file
+    p.write_text(BURST + "5,ChatGPT,472,0,472,API log\n6,ChatGPT,abc,3,3,API log\n")
+    with pytest.raises(TraceError, match=r"line 3: Request tokens='abc'"), pytest.warns(UserWarning):
+        load_workload(p)
+    p.write_text(BURST + "5,ChatGPT,472,4,476,API log\n4,ChatGPT,10,3,13,API log\n")
+    with pytest.raises(TraceError, match=r"line 3: Timestamp='4': expected arrival times that do not go backwards"):
+        load_workload(p)
+
+
 AZ = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
 ROW = "2023-11-16 18:15:46.6805900,374,44\n"
 
@@ -77,7 +100,7 @@ def test_malformed_mooncake_lines(tmp_path, line, what):
 
 
 def test_unknown_format_lists_known(tmp_path, traces):
-    with pytest.raises(ValueError, match="azure.*vidur.*mooncake.*lengths"):
+    with pytest.raises(ValueError, match="azure.*vidur.*burstgpt.*mooncake.*lengths"):
         load_workload(traces / "azure_llm_2023_conv.csv", "parquet")
     p = tmp_path / "odd.csv"
     p.write_text("a,b\n1,2\n")
