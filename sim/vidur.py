@@ -88,6 +88,13 @@ class ShapeMismatch(ValueError):
         super().__init__(f"vidur profile {str(path)!r}: {self.shapes}")
 
 
+def _numbers(path: Path, rows: list[dict[str, str]], columns) -> np.ndarray:
+    try:
+        return np.array([[float(r[c]) for c in columns] for r in rows], dtype=np.float64).reshape(len(rows), -1)
+    except ValueError as e:
+        raise ValueError(f"vidur profile {str(path)!r}: {e}: expected numbers in {list(columns)}") from None
+
+
 def read_layer_profile(path: str | Path, model: str | ModelSpec | None = None) -> LayerProfile:
     """`mlp.csv` at `path`: the rows of `model`'s shape when one is given (an error if there are none),
     else all its rows, which must then be of one shape."""
@@ -98,21 +105,18 @@ def read_layer_profile(path: str | Path, model: str | ModelSpec | None = None) -
     if missing:
         raise ValueError(f"vidur profile {str(path)!r}: missing column(s) {missing}: expected Vidur's mlp.csv "
                          f"({', '.join(SHAPE_COLUMNS)} and time_stats.<op>.median for {', '.join(LAYER_OPS)})")
-    try:
-        table = np.array([[float(r[c]) for c in wanted] for r in rows])
-    except ValueError as e:
-        raise ValueError(f"vidur profile {str(path)!r}: {e}: expected numbers in {list(wanted)}") from None
-    shape_of_row = [tuple(int(v) for v in row[:4]) for row in table]
+    shape_of_row = [tuple(int(v) for v in row) for row in _numbers(path, rows, SHAPE_COLUMNS[:4])]
     shapes = sorted(set(shape_of_row))
-    if model is not None:
+    if model is not None:  # only its rows are read: another model's may lack an operator (phi-2 its second norm)
         m = get_model(model)
         expected = (m.num_heads, m.num_kv_heads, m.hidden_size, m.intermediate_size)
         if expected not in shapes:
             raise ShapeMismatch(path, m, shapes)
-        table = table[[shape == expected for shape in shape_of_row]]
+        rows = [r for r, shape in zip(rows, shape_of_row, strict=True) if shape == expected]
     elif len(shapes) > 1:
         raise ValueError(f"vidur profile {str(path)!r}: rows of {len(shapes)} shapes (n_head, n_kv_head, n_embd, "
                          f"n_expanded_embd) {shapes}: expected one, or the model to take the rows of")
+    table = _numbers(path, rows, wanted)
     tokens, seconds, ops = {}, {}, {}
     for tp in np.unique(table[:, 5]).astype(int):
         sub = table[table[:, 5] == tp]

@@ -104,18 +104,30 @@ def test_measured_profile_is_exact_at_profiled_points_and_read_as_vidur_sums():
 
 
 def test_a_file_of_several_models_gives_each_model_its_rows(tmp_path):
-    """Vidur's older per-GPU mlp.csv holds every model's rows in one file: each model takes its own."""
+    """Vidur's older per-GPU mlp.csv holds every model's rows in one file: each model takes its own, even
+    where another model's rows leave an operator empty (phi-2 has no post-attention norm)."""
+    import csv
+    import io
+
     llama3 = PROFILES / "a100" / "meta-llama" / "Meta-Llama-3-8B" / "mlp.csv"
     lines2, lines3 = A100_7B.read_text().splitlines(), llama3.read_text().splitlines()
     assert lines2[0] == lines3[0]
+    phi2 = list(csv.DictReader(io.StringIO("\n".join(lines2[:20]))))
+    for r in phi2:
+        r.update({c: "" for c in r if c.startswith("time_stats.post_attention_layernorm.")})
+        r.update(n_head="32", n_kv_head="32", n_embd="2560", n_expanded_embd="10240")
+    out = io.StringIO()
+    w = csv.DictWriter(out, fieldnames=list(phi2[0]), lineterminator="\n")
+    w.writerows(phi2)
     both = tmp_path / "mlp.csv"
-    both.write_text("\n".join([lines2[0], *lines3[1:], *lines2[1:]]) + "\n")
+    both.write_text("\n".join([lines2[0], out.getvalue().rstrip("\n"), *lines3[1:], *lines2[1:]]) + "\n")
     for model, alone in (("llama-2-7b", A100_7B), ("llama-3-8b", llama3)):
         got, want = read_layer_profile(both, model), read_layer_profile(alone, model)
         assert got.tokens.keys() == want.tokens.keys()
         for tp in want.tokens:
             assert np.array_equal(got.tokens[tp], want.tokens[tp]) and np.array_equal(got.seconds[tp], want.seconds[tp])
-    with pytest.raises(ValueError, match=r"rows of 2 shapes .*\(32, 8, 4096, 14336\), \(32, 32, 4096, 11008\)\]"):
+    with pytest.raises(ValueError, match=r"rows of 3 shapes .*\(32, 8, 4096, 14336\), \(32, 32, 2560, 10240\), "
+                                         r"\(32, 32, 4096, 11008\)\]"):
         read_layer_profile(both)
     for tokens in (1, 300, 4096):
         mixed = step_breakdown("llama-3-8b", "a100-80gb", cost_model=f"vidur:{tmp_path}", num_prefill_tokens=tokens)
