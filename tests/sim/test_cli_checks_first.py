@@ -121,3 +121,15 @@ def test_a_swap_profile_that_cannot_be_read_is_named(tmp_path, azure_conv, capsy
     err = usage_error(capsys, ["run", "--trace", str(azure_conv), "--preemption", "swap", "--swap-space-gib", "4",
                                "--swap-compression", "lz4", "--swap-profile", str(path)])
     assert f"error: swap profile {path}: cannot read it (" in err and "python -m paged.engine.swap_profile" in err
+
+
+@pytest.mark.parametrize("body, message", [
+    ("trace: x.csv\nmodel: [\n", "not valid YAML: while parsing a flow node expected the node content"),
+    ("trace: x.csv\nslo_ttft_s: -1\n", "slo_ttft_s=-1: expected a finite number > 0"),
+    ("trace: x.csv\nstart_s: -5\n", "start_s=-5: expected a finite number >= 0"),
+])
+def test_config_file_errors_are_one_line_in_the_options_words(tmp_path, capsys, body, message):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(body)
+    err = usage_error(capsys, ["run", "--config", str(cfg)])
+    assert len(err.strip().splitlines()) == 1 and f"error: {cfg}: {message}" in err
