@@ -10,7 +10,7 @@ import pytest
 
 import paged.engine
 import paged.engine.__main__ as engine_cli
-from paged.serve import bench_serve, launch, server
+from paged.serve import bench_serve, doctor, launch, router, server
 
 from .conftest import REPO
 
@@ -109,3 +109,25 @@ def test_engine_command_line_names_bad_input(tmp_path, no_engine, capsys):
 def test_engine_command_line_names_an_unknown_model(capsys):
     assert engine_cli.main(["generate", "--model", "no-such-model", "--prompt", "x"]) == 2
     assert "model 'no-such-model': no such file or folder" in one_line(capsys.readouterr().err)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--backend", "notaurl"], "--backend notaurl: expected a server's URL, such as http://127.0.0.1:8000"),
+    (["--backend", "127.0.0.1:8000"], "--backend 127.0.0.1:8000: expected a server's URL"),
+    (["--backend", NOBODY, "--port", "99999"], "--port 99999: expected a TCP port in [0, 65535]"),
+])
+def test_router_refuses_what_would_leave_it_serving_nothing(monkeypatch, capsys, argv, message):
+    import uvicorn
+
+    monkeypatch.setattr(uvicorn, "run", lambda *a, **k: pytest.fail("uvicorn started"))
+    assert exit_status(router.main, argv) == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--interval", "-1"], "--interval -1.0: expected seconds >= 0"),
+    (["--gpus", "0"], "--gpus 0: expected at least 1"),
+])
+def test_doctor_names_a_bad_interval_or_gpu_count(capsys, argv, message):
+    assert exit_status(doctor.main, [NOBODY, *argv]) == 2
+    assert message in capsys.readouterr().err
