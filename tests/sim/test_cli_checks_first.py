@@ -133,3 +133,12 @@ def test_config_file_errors_are_one_line_in_the_options_words(tmp_path, capsys, 
     cfg.write_text(body)
     err = usage_error(capsys, ["run", "--config", str(cfg)])
     assert len(err.strip().splitlines()) == 1 and f"error: {cfg}: {message}" in err
+
+
+def test_a_trace_read_in_the_wrong_format_says_which_was_expected(traces, capsys):
+    """A Mooncake JSON-lines trace read as --format azure: pandas' tokenizing error alone named
+    neither the format nor its columns."""
+    trace = traces / "mooncake_fast25_synthetic_trace.jsonl"
+    err = usage_error(capsys, ["run", "--trace", str(trace), "--format", "azure", "--num-requests", "5"])
+    assert f"error: {trace}: Error tokenizing data" in err and len(err.strip().splitlines()) == 1
+    assert "expected a CSV trace in the azure format, with the columns ['TIMESTAMP', 'ContextTokens'," in err
