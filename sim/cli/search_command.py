@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 from paged.metrics_summary import jsonable
 from paged.output_paths import check_output_paths, make_parent
@@ -64,7 +65,7 @@ def cmd_search(args: argparse.Namespace) -> int:
         raise ValueError(f"--workers {args.workers}: expected at least 1 (or leave it out: one per core)")
     check_output_paths([("--json", args.json, ".json"), ("--plot", args.plot, ".png")])
     check_figure_format("--plot", args.plot)
-    if args.trace is not None and args.rate is None and "lengths" == (
+    if args.trace is not None and Path(args.trace).is_file() and args.rate is None and "lengths" == (
             detect_format(args.trace) if args.format == "auto" else args.format):
         args.rate = 1.0  # Poisson arrivals, which the search rescales
     workload = workload_from_args(args, get_model(args.model).max_model_len, block_size=16)

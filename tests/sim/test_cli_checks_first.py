@@ -142,3 +142,9 @@ def test_a_trace_read_in_the_wrong_format_says_which_was_expected(traces, capsys
     err = usage_error(capsys, ["run", "--trace", str(trace), "--format", "azure", "--num-requests", "5"])
     assert f"error: {trace}: Error tokenizing data" in err and len(err.strip().splitlines()) == 1
     assert "expected a CSV trace in the azure format, with the columns ['TIMESTAMP', 'ContextTokens'," in err
+
+
+def test_search_names_a_missing_trace_or_a_folder_as_run_does(tmp_path, capsys, no_search):
+    for trace, message in ((tmp_path / "nope.csv", f"trace file {tmp_path / 'nope.csv'} does not exist"),
+                           (tmp_path, f"trace {tmp_path} is a directory: expected a trace file")):
+        assert f"error: {message}" in usage_error(capsys, search(trace))
