@@ -30,6 +30,7 @@ from collections import Counter
 import httpx
 import numpy as np
 
+from paged.core.validation import is_power_of_two
 from paged.metrics_summary import format_summary, goodput, jsonable, stats_of, tpot
 from paged.output_paths import check_output_paths, make_parent
 from paged.workloads.options import add_workload_options, positive, workload_from_args
@@ -100,7 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--requests-csv", default=None, help="write the per-request records")
     g.add_argument("--slo-ttft-s", type=positive, default=None, help="goodput: TTFT target")
     g.add_argument("--slo-tpot-s", type=positive, default=None, help="goodput: TPOT target")
-    g.add_argument("--timeout-s", type=float, default=600.0, help="longest wait for a byte of an answer")
+    g.add_argument("--timeout-s", type=positive, default=600.0, help="longest wait for a byte of an answer")
     g.add_argument("--workers", type=int, default=1,
                    help="processes sharing the replay: one times about 10k streamed tokens/s (see replay_workers)")
     g.add_argument("--no-progress", dest="progress_bar", action="store_false")
@@ -121,15 +122,21 @@ def first_model(url: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     from tqdm import tqdm
 
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     url = args.url.rstrip("/")
     if args.workers < 1:
-        raise SystemExit(f"--workers {args.workers}: expected >= 1")
+        parser.error(f"--workers {args.workers}: expected >= 1")
+    if not is_power_of_two(args.block_size):
+        parser.error(f"--block-size {args.block_size}: expected a power of two >= 1, the servers' block size")
+    if args.max_model_len is not None and args.max_model_len < 2:
+        parser.error(f"--max-model-len {args.max_model_len}: expected at least 2 (a prompt token and an output one)")
     try:
         check_output_paths([("--json", args.json, ".json"), ("--requests-csv", args.requests_csv, ".csv")])
         workload = workload_from_args(args, args.max_model_len, args.block_size)
         prompt = PromptMaker(workload, args.vocab_size, args.min_token_id, args.seed)
-        model = args.model or first_model(url)
+        listed = first_model(url)  # asked even with --model: an unreachable URL fails now, not request by request
+        model = args.model or listed
     except (ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

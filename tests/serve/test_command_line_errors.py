@@ -131,3 +131,21 @@ def test_router_refuses_what_would_leave_it_serving_nothing(monkeypatch, capsys,
 def test_doctor_names_a_bad_interval_or_gpu_count(capsys, argv, message):
     assert exit_status(doctor.main, [NOBODY, *argv]) == 2
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--workers", "0"], "--workers 0: expected >= 1"),
+    (["--timeout-s", "0"], "argument --timeout-s: '0': expected a finite number > 0"),
+    (["--block-size", "0"], "--block-size 0: expected a power of two >= 1"),
+    (["--max-model-len", "0"], "--max-model-len 0: expected at least 2"),
+])
+def test_bench_serve_bad_settings_are_usage_errors(capsys, argv, message):
+    assert exit_status(bench_serve.main, ["--url", NOBODY, "--trace", str(AZURE_CONV), *argv]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_bench_serve_with_a_model_named_still_checks_the_url_first(monkeypatch, capsys):
+    """Else a typo in --url replays the whole trace, every request an error, and exits 0."""
+    monkeypatch.setattr(bench_serve, "replay_in_processes", lambda *a: pytest.fail("the replay started"))
+    assert bench_serve.main(["--url", NOBODY, "--model", "m", "--trace", str(AZURE_CONV), "--num-requests", "2"]) == 2
+    assert f"--url {NOBODY}: cannot list its models" in one_line(capsys.readouterr().err)
