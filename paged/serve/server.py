@@ -13,11 +13,11 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from pathlib import Path
 
 from paged.engine.engine_args import add_engine_args, engine_kwargs
 
 from .kv_events import DEFAULT_CAPACITY
+from .router_tokens import read_chat_template
 from .server_process import check_listen_address
 
 
@@ -56,11 +56,9 @@ def main(argv: list[str] | None = None) -> int:
 
     from .app import ServeSettings, build_app
 
-    template = args.chat_template
-    try:  # a bad address, model or engine option: one line naming it, exit 2, before uvicorn starts
+    try:  # a bad address, template, model or engine option: one line naming it, exit 2, before uvicorn starts
         check_listen_address(args.host, args.port)
-        if template is not None and Path(template).is_file():
-            template = Path(template).read_text()
+        template = read_chat_template(args.chat_template)
         engine = AsyncLLM(args.model, **engine_kwargs(args))
     except (ValueError, OSError) as e:
         print(f"paged serve: error: {e}", file=sys.stderr)

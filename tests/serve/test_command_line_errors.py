@@ -149,3 +149,27 @@ def test_bench_serve_with_a_model_named_still_checks_the_url_first(monkeypatch, 
     monkeypatch.setattr(bench_serve, "replay_in_processes", lambda *a: pytest.fail("the replay started"))
     assert bench_serve.main(["--url", NOBODY, "--model", "m", "--trace", str(AZURE_CONV), "--num-requests", "2"]) == 2
     assert f"--url {NOBODY}: cannot list its models" in one_line(capsys.readouterr().err)
+
+
+def test_a_mistyped_chat_template_path_is_an_error_not_a_template(tmp_path, no_engine, monkeypatch, capsys):
+    """'--chat-template my.jinja' with no such file was taken as the template itself: every chat
+    prompt would have been the text 'my.jinja'."""
+    import uvicorn
+
+    monkeypatch.setattr(uvicorn, "run", lambda *a, **k: pytest.fail("uvicorn started"))
+    missing = str(tmp_path / "my.jinja")
+    message = f"--chat-template {missing!r}: no such file, and not a Jinja template"
+    assert server.main(["--model", "smollm2-135m", "--port", "0", "--chat-template", missing]) == 2
+    assert message in one_line(capsys.readouterr().err)
+    assert exit_status(router.main, ["--backend", NOBODY, "--port", "0", "--chat-template", missing]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_a_chat_template_is_read_from_a_file_or_taken_as_given(tmp_path):
+    from paged.serve.router_tokens import read_chat_template
+
+    f = tmp_path / "t.jinja"
+    f.write_text("{{ messages[0]['content'] }}")
+    assert read_chat_template(str(f)) == "{{ messages[0]['content'] }}"
+    assert read_chat_template("{% for m in messages %}{{ m }}{% endfor %}").startswith("{% for")
+    assert read_chat_template(None) is None
