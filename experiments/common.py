@@ -38,7 +38,10 @@ def parse_args(name: str, description: str, argv: list[str] | None, add_options=
     if add_options is not None:
         add_options(p)
     args = p.parse_args(argv)
-    args.out.mkdir(parents=True, exist_ok=True)
+    try:
+        args.out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:  # a file in the way, or no permission: before the experiment, not a traceback
+        p.error(f"--out {args.out}: cannot make this folder ({e.strerror}); expected a folder path")
     return args
 
 

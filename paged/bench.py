@@ -50,7 +50,8 @@ def time_steps(s: Scheduler, steps: int, real_tokens: bool) -> float:
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(prog="paged bench scheduler", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", type=int, nargs="+", default=[64, 256, 1024])
     ap.add_argument("--steps", type=int, default=2000)
     ap.add_argument("--real-tokens", action="store_true", help="time the engine's step (a token per request)")

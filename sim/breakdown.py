@@ -62,6 +62,17 @@ def plot(steps: dict[str, dict[str, float]], title: str, path: str | Path) -> No
 
 
 def run(args: argparse.Namespace) -> int:
+    from paged.output_paths import check_output_paths
+
+    from .memory import check_tp
+    from .models import get_model
+    from .plots import check_figure_format
+
+    check_tp(get_model(args.model), args.tp)
+    if args.context < 1:
+        raise ValueError(f"--context {args.context}: expected tokens >= 1")
+    check_output_paths([("--plot", args.plot, ".png")])
+    check_figure_format("--plot", args.plot)
     steps = breakdowns(args.model, args.hardware, args.tp, args.cost_model, args.context)
     print(f"{args.model} on {args.tp} x {args.hardware} ({args.cost_model}), ms per step")
     print(f"{'step':<14}" + "".join(f"{k:>14}" for k in BREAKDOWN_KEYS))

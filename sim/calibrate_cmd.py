@@ -67,6 +67,8 @@ def format_report(r: Report) -> str:
 def plot_heldout(r: Report, path: str | Path) -> None:
     import matplotlib
 
+    from paged.output_paths import make_parent
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -81,15 +83,20 @@ def plot_heldout(r: Report, path: str | Path) -> None:
     ax.set_title(f"calibrated model, leave one out\nmedian {r.heldout.median:.1%}, p90 {r.heldout.p90:.1%}, "
                  f"worst {r.heldout.worst:.1%} (dotted: +-10%)", fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(make_parent(path), dpi=120)
     plt.close(fig)
 
 
 def run(args: argparse.Namespace) -> int:
+    from paged.output_paths import check_output_paths
+
     from .calibrate import calibrate
+    from .plots import check_figure_format
 
     if args.worst < 0:
         raise ValueError(f"--worst {args.worst}: expected a count of points >= 0")
+    check_output_paths([("--plot", args.plot, ".png")])  # before the fit: its minutes are not lost to a bad path
+    check_figure_format("--plot", args.plot)
     report = calibrate(args.profiles, args.worst)
     print(format_report(report))
     if args.plot:

@@ -23,16 +23,20 @@ class KVPlan:
     kv_bytes: float  # device memory left for the KV cache, all GPUs together
 
 
+def check_tp(model: ModelSpec, tp: int) -> None:
+    """Tensor parallelism splits attention heads across GPUs (KV heads may be replicated instead)."""
+    if tp < 1:
+        raise ValueError(f"tp={tp}: expected an integer >= 1")
+    if model.num_heads % tp or (model.num_kv_heads % tp and tp % model.num_kv_heads):
+        raise ValueError(f"tp={tp}: {model.name} has {model.num_heads} attention heads and {model.num_kv_heads} "
+                         "KV heads; expected tp to divide the heads, and to divide or be a multiple of the KV heads")
+
+
 def plan_kv_cache(model: ModelSpec, hardware: HardwareSpec, *, tp: int = 1, gpu_memory_utilization: float = 0.9,
                   block_size: int = 16, kv_dtype: str = "fp16", swap_space_gib: float = 0.0) -> KVPlan:
     if not 0.0 < gpu_memory_utilization <= 1.0:
         raise ValueError(f"gpu_memory_utilization={gpu_memory_utilization}: expected a value in (0, 1]")
-    if tp < 1:
-        raise ValueError(f"tp={tp}: expected an integer >= 1")
-    # Tensor parallelism splits attention heads across GPUs (KV heads may be replicated instead).
-    if model.num_heads % tp or (model.num_kv_heads % tp and tp % model.num_kv_heads):
-        raise ValueError(f"tp={tp}: {model.name} has {model.num_heads} attention heads and {model.num_kv_heads} "
-                         "KV heads; expected tp to divide the heads, and to divide or be a multiple of the KV heads")
+    check_tp(model, tp)
     budget = gpu_memory_utilization * hardware.memory_bytes * tp
     weights = model.weight_bytes
     block_bytes = model.kv_bytes_per_token(kv_dtype) * block_size

@@ -114,6 +114,19 @@ def printed_text_pt(fig) -> float:
     return min(sizes, default=MIN_PRINTED_PT) * min(1.0, COLUMN_WIDTH_IN / width)
 
 
+def check_figure_format(option: str, value: str | None) -> None:
+    """A figure's suffix names a format matplotlib writes (no suffix: matplotlib's default, PNG)."""
+    if not value or not Path(value).suffix:
+        return
+    from matplotlib.figure import Figure
+
+    suffix = Path(value).suffix
+    formats = Figure().canvas.get_supported_filetypes()
+    if suffix[1:].lower() not in formats:
+        raise ValueError(f"{option} {value}: matplotlib cannot write {suffix} files; expected one of "
+                         f"{sorted(formats)}")
+
+
 def save(fig, path: str | Path) -> Path:
     """Fit `fig` to a column and write it; warn if its text would print under MIN_PRINTED_PT."""
     import warnings

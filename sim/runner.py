@@ -3,6 +3,7 @@ SimConfig, replay the workload through them, and return a SimResult."""
 from __future__ import annotations
 
 import gc
+import json
 import math
 import time
 import warnings
@@ -66,7 +67,12 @@ def swap_profile(config: SimConfig) -> SwapProfile | None:
     """The measured LZ4 profile of compressed swap, or None when swapped blocks are stored as they are."""
     if config.swap_compression is None:
         return None
-    return SwapProfile.load(config.swap_profile or DEFAULT_PROFILE, config.kv_cache_dtype, config.swap_compression)
+    path = config.swap_profile or DEFAULT_PROFILE
+    try:
+        return SwapProfile.load(path, config.kv_cache_dtype, config.swap_compression)
+    except (OSError, json.JSONDecodeError, KeyError, TypeError) as e:  # SwapProfile's own ValueErrors name it
+        raise ValueError(f"swap profile {path}: cannot read it ({type(e).__name__}: {e}); expected the JSON "
+                         "python -m paged.engine.swap_profile writes") from None
 
 
 def build_cache_config(config: SimConfig) -> CacheConfig:

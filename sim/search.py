@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+from paged.core.validation import is_number, require
 from paged.workloads.workload import Workload
 
 from .parallel import ordered_map
@@ -50,6 +51,10 @@ class SearchTask:
     slo: SLO
     rtol: float = 0.02
     max_steps: int = 6  # steps out from the guess: at most 1.2**63 (10**5) times away
+
+    def __post_init__(self) -> None:  # at rtol <= 0 the bisection would never end
+        require(is_number(self.rtol) and 0 < self.rtol < math.inf, "SearchTask", "rtol", self.rtol,
+                "a finite value > 0")
 
 
 def capacity(workload: Workload, config: SimConfig) -> float:

@@ -15,12 +15,18 @@ from dataclasses import dataclass
 import numpy as np
 
 from paged.core.request import RequestStatus
+from paged.core.validation import is_number, require
 
 
 @dataclass(frozen=True, slots=True)
 class SLO:
     ttft_p99_s: float
     tpot_p99_s: float
+
+    def __post_init__(self) -> None:
+        for name in ("ttft_p99_s", "tpot_p99_s"):  # at or below 0 no run meets them: a search's answer is 0
+            value = getattr(self, name)
+            require(is_number(value) and value > 0, "SLO", name, value, "seconds > 0")
 
     def met_by(self, summary: dict) -> bool:
         """Every request finished, and p99 TTFT and TPOT within target (no TPOT: one-token outputs)."""

@@ -190,3 +190,13 @@ def test_cache_aware_routing(tmp_path):
     by = table.pivot(index="trace", columns="router", values="hit_rate")
     assert (by.kv_aware >= by.round_robin).all()
     assert (table.num_finished == table.num_requests).all()
+
+
+def test_an_out_folder_that_cannot_be_made_is_a_usage_error(tmp_path, capsys):
+    """A file where --out names a folder: one line and exit status 2, not a FileExistsError traceback."""
+    (tmp_path / "f").write_text("")
+    with pytest.raises(SystemExit) as e:
+        load("common").parse_args("priority", "", ["--out", str(tmp_path / "f")])
+    assert e.value.code == 2
+    assert f"--out {tmp_path / 'f'}: cannot make this folder (File exists); expected a folder path" in \
+        capsys.readouterr().err

@@ -11,6 +11,7 @@ import sys
 import time
 
 from paged import SamplingParams
+from paged.output_paths import check_output_paths
 
 from .engine import LLMEngine
 from .engine_args import add_engine_args, engine_kwargs
@@ -57,9 +58,17 @@ def main(argv: list[str] | None = None) -> int:
     kwargs = engine_kwargs(args)
     if grid:
         kwargs["max_num_batched_tokens"] = grid.max_num_batched_tokens
-    engine = LLMEngine(EngineConfig(model=args.model, **kwargs))
+    try:  # a bad model or option: one line naming it, exit 2, as argparse's own errors
+        if grid is None:
+            params = SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature)
+        else:
+            check_output_paths([("--out", args.out, ".json")])  # before minutes of profiling
+        engine = LLMEngine(EngineConfig(model=args.model, **kwargs))
+    except (ValueError, OSError) as e:
+        print(f"python -m paged.engine {args.command}: error: {e}", file=sys.stderr)
+        return 2
     if args.command == "generate":
-        engine.add_request(args.prompt, SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature))
+        engine.add_request(args.prompt, params)
         while engine.has_unfinished_requests():
             for out in engine.step():
                 if out.finished:

@@ -92,7 +92,8 @@ def run_hf_static(model, requests, batch_size: int, pad_id: int) -> float:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(prog="paged bench engine", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="smollm2-135m", help="a Llama-architecture GGUF, or smollm2-135m")
     ap.add_argument("--trace", type=Path, default=AZURE_CONV)
     ap.add_argument("--num-requests", type=int, default=64)

@@ -33,6 +33,7 @@ import torch
 
 from paged import CacheConfig, Request, SamplingParams, SchedulerConfig, SchedulerOutput
 from paged.core.scheduler import Scheduler
+from paged.output_paths import make_parent
 
 from .engine import LLMEngine
 
@@ -291,6 +292,6 @@ def profile(engine: LLMEngine, grid: ProfileGrid | None = None, log=sys.stderr) 
 
 
 def write_profile(result: dict, path: str) -> None:
-    with open(path, "w") as f:
+    with open(make_parent(path), "w") as f:
         json.dump(result, f, indent=1)
         f.write("\n")

@@ -26,13 +26,14 @@ import json
 import math
 import sys
 from collections import Counter
-from pathlib import Path
 
 import httpx
 import numpy as np
 
+from paged.core.validation import is_power_of_two
 from paged.metrics_summary import format_summary, goodput, jsonable, stats_of, tpot
-from paged.workloads.options import add_workload_options, workload_from_args
+from paged.output_paths import check_output_paths, make_parent
+from paged.workloads.options import add_workload_options, positive, workload_from_args
 from paged.workloads.workload import Workload
 
 from .prompts import PromptMaker
@@ -98,9 +99,9 @@ def build_parser() -> argparse.ArgumentParser:
     g = p.add_argument_group("output")
     g.add_argument("--json", default=None, help="write the summary (and the run's settings) as one JSON object")
     g.add_argument("--requests-csv", default=None, help="write the per-request records")
-    g.add_argument("--slo-ttft-s", type=float, default=None, help="goodput: TTFT target")
-    g.add_argument("--slo-tpot-s", type=float, default=None, help="goodput: TPOT target")
-    g.add_argument("--timeout-s", type=float, default=600.0, help="longest wait for a byte of an answer")
+    g.add_argument("--slo-ttft-s", type=positive, default=None, help="goodput: TTFT target")
+    g.add_argument("--slo-tpot-s", type=positive, default=None, help="goodput: TPOT target")
+    g.add_argument("--timeout-s", type=positive, default=600.0, help="longest wait for a byte of an answer")
     g.add_argument("--workers", type=int, default=1,
                    help="processes sharing the replay: one times about 10k streamed tokens/s (see replay_workers)")
     g.add_argument("--no-progress", dest="progress_bar", action="store_false")
@@ -108,23 +109,35 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def first_model(url: str) -> str:
-    r = httpx.get(f"{url}/v1/models", timeout=30)
-    r.raise_for_status()
-    return r.json()["data"][0]["id"]
+    """The first model the server lists; an unreachable or non-OpenAI URL is a usage error naming it."""
+    try:
+        r = httpx.get(f"{url}/v1/models", timeout=30)
+        r.raise_for_status()
+        return r.json()["data"][0]["id"]
+    except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as e:
+        raise ValueError(f"--url {url}: cannot list its models at /v1/models ({type(e).__name__}: {e}); expected "
+                         "a running OpenAI-compatible server, such as http://127.0.0.1:8000") from None
 
 
 def main(argv: list[str] | None = None) -> int:
     from tqdm import tqdm
 
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     url = args.url.rstrip("/")
     if args.workers < 1:
-        raise SystemExit(f"--workers {args.workers}: expected >= 1")
+        parser.error(f"--workers {args.workers}: expected >= 1")
+    if not is_power_of_two(args.block_size):
+        parser.error(f"--block-size {args.block_size}: expected a power of two >= 1, the servers' block size")
+    if args.max_model_len is not None and args.max_model_len < 2:
+        parser.error(f"--max-model-len {args.max_model_len}: expected at least 2 (a prompt token and an output one)")
     try:
+        check_output_paths([("--json", args.json, ".json"), ("--requests-csv", args.requests_csv, ".csv")])
         workload = workload_from_args(args, args.max_model_len, args.block_size)
         prompt = PromptMaker(workload, args.vocab_size, args.min_token_id, args.seed)
-        model = args.model or first_model(url)
-    except (ValueError, FileNotFoundError, httpx.HTTPError) as e:
+        listed = first_model(url)  # asked even with --model: an unreachable URL fails now, not request by request
+        model = args.model or listed
+    except (ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     with tqdm(total=len(workload), desc="requests", unit="req", file=sys.stderr, disable=not args.progress_bar) as bar:
@@ -134,12 +147,11 @@ def main(argv: list[str] | None = None) -> int:
     for message, count in summary["errors"].items():
         print(f"error x{count}: {message}")
     if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         source = {"trace": str(args.trace)} if args.trace is not None else {"shared_prefix": args.shared_prefix}
         settings = {"url": url, "model": model, "vocab_size": args.vocab_size, "min_token_id": args.min_token_id,
                     "seed": args.seed}
         doc = {**summary, "workload": {**source, "name": workload.name}, "config": settings}
-        Path(args.json).write_text(json.dumps(jsonable(doc), indent=2) + "\n")
+        make_parent(args.json).write_text(json.dumps(jsonable(doc), indent=2) + "\n")
     if args.requests_csv:
-        requests_frame(workload, rec).to_csv(args.requests_csv, index=False)
+        requests_frame(workload, rec).to_csv(make_parent(args.requests_csv), index=False)
     return 0

@@ -203,6 +203,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--api-key", default=os.environ.get("PAGED_API_KEY"),
                    help="the server's --api-key, for /debug/kv (default $PAGED_API_KEY)")
     args = p.parse_args(argv)
+    if not args.interval >= 0:  # 0: the two scrapes back to back (rates over the time they took)
+        p.error(f"--interval {args.interval}: expected seconds >= 0")
+    if args.gpus < 1:
+        p.error(f"--gpus {args.gpus}: expected at least 1")
     url = args.url.rstrip("/")
     try:
         before, after, interval_s, kv = read_server(url, args.interval, args.api_key)

@@ -33,7 +33,7 @@ from pathlib import Path
 
 from paged.core.routing import ROUTERS
 
-from .server_process import free_port, wait_healthy
+from .server_process import check_listen_address, free_port, wait_healthy
 
 REPLICA_HOST = "127.0.0.1"  # the router, on this machine, is the replicas' only client
 POLL_S = 0.2  # between two looks at the children while serving
@@ -130,11 +130,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args, server_options = build_parser().parse_known_args(argv)
+    parser = build_parser()
+    args, server_options = parser.parse_known_args(argv)
     if args.replicas < 1:
-        raise SystemExit(f"--replicas {args.replicas}: expected >= 1")
+        parser.error(f"--replicas {args.replicas}: expected >= 1")
+    try:  # before any replica starts: the router's address, and the folder for the logs
+        check_listen_address(args.host, args.port)
+    except ValueError as e:
+        parser.error(str(e))
     log_dir = Path(args.log_dir or tempfile.mkdtemp(prefix="paged-launch-"))
-    log_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        log_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        parser.error(f"--log-dir {log_dir}: cannot create it ({e.strerror}); expected a folder path")
     children = Children(log_dir)
 
     def stop(signum, _frame):

@@ -35,6 +35,7 @@ import json
 import os
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 import httpx
 from fastapi import FastAPI, Request, Response
@@ -50,7 +51,8 @@ from .errors import error_events, error_response
 from .kv_sync import KVSync, follow
 from .prefix_ids import block_hashes, prefix_ids
 from .router_metrics import RouterMetrics
-from .router_tokens import PromptTokens
+from .router_tokens import PromptTokens, read_chat_template
+from .server_process import check_listen_address
 
 FORWARDED_HEADERS = ("authorization", "content-type")
 
@@ -323,10 +325,20 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     import uvicorn
 
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    for url in args.backend:  # a typo here would only show as a backend out of service, forever
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            parser.error(f"--backend {url}: expected a server's URL, such as http://127.0.0.1:8000")
+    try:
+        check_listen_address(args.host, args.port)
+        chat_template = read_chat_template(args.chat_template)
+    except (ValueError, OSError) as e:
+        parser.error(str(e))
     config = RouterConfig(args.backend, args.policy, args.block_size, args.health_interval_s, args.health_timeout_s,
                           args.connect_timeout_s, args.read_timeout_s, args.abort_after_failed_probes,
-                          args.kv_events_interval_s, args.api_key, args.tokenizer, args.chat_template,
+                          args.kv_events_interval_s, args.api_key, args.tokenizer, chat_template,
                           args.max_num_seqs)
     uvicorn.run(create_app(config), host=args.host, port=args.port, log_level=args.log_level, access_log=False)
     return 0

@@ -20,6 +20,20 @@ from .prefix_ids import first_prompt, token_ids
 CHAT_PATH = "/v1/chat/completions"
 
 
+def read_chat_template(value: str | None) -> str | None:
+    """`--chat-template` (of `paged serve` and `paged router`): a Jinja template, or a file holding
+    one. A value that is neither (no such file, and no Jinja tag in it: a mistyped path) is an
+    error, not a template that would render that text for every chat."""
+    if value is None:
+        return None
+    if Path(value).is_file():
+        return Path(value).read_text()
+    if "{{" not in value and "{%" not in value:
+        raise ValueError(f"--chat-template {value!r}: no such file, and not a Jinja template (no {{{{ or {{% in "
+                         "it); expected a template or a file holding one")
+    return value
+
+
 class PromptTokens:
     def __init__(self, tokenizer: str | None = None, chat_template: str | None = None) -> None:
         """`tokenizer`: a model name or path as `paged serve --model` takes it (or its `--tokenizer`
@@ -31,9 +45,7 @@ class PromptTokens:
             self.tokenizer = load_tokenizer(tokenizer)
             if self.tokenizer is None:
                 raise ValueError(f"--tokenizer {tokenizer}: the model has no tokenizer (no tokenizer.json)")
-        if chat_template is not None and Path(chat_template).is_file():
-            chat_template = Path(chat_template).read_text()
-        self.chat_template = chat_template
+        self.chat_template = read_chat_template(chat_template)
 
     def __call__(self, path: str, body: dict) -> list[int] | None:
         """The token ids of the request's (first) prompt; None when they cannot be known here."""

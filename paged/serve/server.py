@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import argparse
 import os
-from pathlib import Path
+import sys
 
 from paged.engine.engine_args import add_engine_args, engine_kwargs
 
 from .kv_events import DEFAULT_CAPACITY
+from .router_tokens import read_chat_template
+from .server_process import check_listen_address
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -54,10 +56,13 @@ def main(argv: list[str] | None = None) -> int:
 
     from .app import ServeSettings, build_app
 
-    template = args.chat_template
-    if template is not None and Path(template).is_file():
-        template = Path(template).read_text()
-    engine = AsyncLLM(args.model, **engine_kwargs(args))
+    try:  # a bad address, template, model or engine option: one line naming it, exit 2, before uvicorn starts
+        check_listen_address(args.host, args.port)
+        template = read_chat_template(args.chat_template)
+        engine = AsyncLLM(args.model, **engine_kwargs(args))
+    except (ValueError, OSError) as e:
+        print(f"paged serve: error: {e}", file=sys.stderr)
+        return 2
     settings = ServeSettings(served_model_names=args.served_model_name or [args.model], api_key=args.api_key,
                              max_waiting=args.max_waiting, max_body_bytes=args.max_body_bytes, chat_template=template,
                              kv_events_capacity=args.kv_events_capacity)

@@ -35,6 +35,23 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def check_listen_address(host: str, port: int) -> None:
+    """A ValueError naming `--host`/`--port` unless this process could listen there now: checked
+    before a model loads, so that a port in use, out of range or a host not of this machine fails
+    in a second, not after the load as uvicorn's own bind does."""
+    if not 0 <= port <= 65535:
+        raise ValueError(f"--port {port}: expected a TCP port in [0, 65535]")
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                             flags=socket.AI_PASSIVE)[0]
+        with socket.socket(family, kind, proto) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+            s.bind(address)
+    except OSError as e:
+        raise ValueError(f"--host {host} --port {port}: cannot listen there ({e.strerror or e}); expected a free "
+                         "port on an address of this machine") from None
+
+
 def wait_healthy(url: str, proc: subprocess.Popen, timeout_s: float, name: str = "the server",
                  log: Path | None = None) -> None:
     """Poll `url`/health until it answers 200. A RuntimeError naming `name` (with the end of its

@@ -5,6 +5,7 @@ selects the same requests for a simulated and for a real replay.
 from __future__ import annotations
 
 import argparse
+import math
 
 from .traces import FORMATS
 from .workload import Workload, load_workload, select, shared_prefix_workload
@@ -24,6 +25,27 @@ def numbers(text: str, names: str, kind=float) -> tuple:
         raise argparse.ArgumentTypeError(f"{text!r}: expected {names}") from None
 
 
+def _finite(text: str, ok, expected: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and ok(value)):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected {expected}")
+    return value
+
+
+def positive(text: str) -> float:
+    """A finite number > 0 (a latency target, a tolerance): zero or less would make every run miss,
+    or a search never end."""
+    return _finite(text, lambda v: v > 0, "a finite number > 0")
+
+
+def non_negative(text: str) -> float:
+    """A finite number >= 0 (seconds into a trace)."""
+    return _finite(text, lambda v: v >= 0, "a finite number >= 0")
+
+
 def shared_prefix_arg(text: str) -> tuple[int, int, int, int]:
     return numbers(text, "GROUPS,PREFIX,SUFFIX,OUTPUT", int)
 
@@ -37,7 +59,7 @@ def add_workload_options(p: argparse.ArgumentParser, trace_default=None) -> None
     g.add_argument("--format", default="auto", choices=("auto", *FORMATS),
                    help="trace format (auto: from the header, or .jsonl for Mooncake; traces/README.md)")
     g.add_argument("--num-requests", type=int, default=None, help="take the first N requests (default: all)")
-    g.add_argument("--start-s", type=float, default=0.0, help="time window start (s after the first arrival)")
+    g.add_argument("--start-s", type=non_negative, default=0.0, help="time window start (s after the first arrival)")
     g.add_argument("--duration-s", type=float, default=None, help="time window length (default: to the end)")
     g.add_argument("--time-scale", type=float, default=1.0, help="multiply inter-arrival times (0.5 doubles the load)")
     g.add_argument("--arrival", default="poisson", choices=("poisson", "gamma", "constant"),

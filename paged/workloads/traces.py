@@ -162,8 +162,9 @@ def _read_csv(path: Path, fmt: str) -> TraceColumns:
                              encoding="utf-8-sig")
     except pd.errors.ParserWarning:
         raise _extra_fields(path) from None
-    except pd.errors.ParserError as e:
-        raise TraceError(f"{path}: {e}") from None
+    except pd.errors.ParserError as e:  # such as a JSON-lines file read as --format azure
+        raise TraceError(f"{path}: {' '.join(str(e).split())}; expected a CSV trace in the {fmt} format, with the "
+                         f"columns {list(columns)}") from None
     except UnicodeDecodeError as e:
         raise _decode_error(path, e) from None
     except (OSError, EOFError) as e:

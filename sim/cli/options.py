@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from paged.workloads.options import add_workload_options, numbers
+from paged.workloads.options import add_workload_options, numbers, positive
 from paged.workloads.traces import REPO
 
 from .. import breakdown, calibrate_cmd
@@ -120,8 +120,8 @@ def add_output_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--timeseries-csv", default=None,
                    help="write KV usage, running / waiting requests and batch tokens over time, per replica")
     g.add_argument("--plot", default=None, help="write the latency CDF / KV usage figure (PNG)")
-    g.add_argument("--slo-ttft-s", type=float, default=None, help="goodput: TTFT target")
-    g.add_argument("--slo-tpot-s", type=float, default=None, help="goodput: TPOT target")
+    g.add_argument("--slo-ttft-s", type=positive, default=None, help="goodput: TTFT target")
+    g.add_argument("--slo-tpot-s", type=positive, default=None, help="goodput: TPOT target")
     g.add_argument("--no-progress", dest="progress_bar", action="store_false",
                    help="no progress bar (shown for 20,000 requests or more)")
 

@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 from paged.metrics_summary import jsonable
+from paged.output_paths import check_output_paths as check_paths
+
+from ..plots import check_figure_format
 
 # dest -> (option, the suffix of an example file name)
 OUTPUT_OPTIONS = {"json": ("--json", ".json"), "requests_csv": ("--requests-csv", ".csv"),
@@ -13,38 +15,10 @@ OUTPUT_OPTIONS = {"json": ("--json", ".json"), "requests_csv": ("--requests-csv"
 
 
 def check_output_paths(args) -> None:
-    """Every output path the run was asked for can be written, checked before simulating: a long
-    run must not end in a traceback that loses its results. Each must name a file, not a folder;
-    its folder may be missing (it is created), but then the nearest existing ancestor must be a
-    writable folder, not a file. Two outputs may not share a path (one would overwrite the other)."""
-    seen: dict[Path, str] = {}
-    for dest, (option, suffix) in OUTPUT_OPTIONS.items():
-        value = getattr(args, dest, None)
-        if not value:
-            continue
-        path = Path(value)
-        if path.is_dir():
-            raise ValueError(f"{option} {value}: is a folder; expected a file path, such as {path / ('out' + suffix)}")
-        resolved = path.resolve()
-        if resolved in seen:
-            raise ValueError(f"{option} {value}: {seen[resolved]} writes the same file; expected distinct paths")
-        seen[resolved] = option
-        folder = path.absolute().parent
-        while not folder.exists():
-            folder = folder.parent
-        if not folder.is_dir():
-            raise ValueError(f"{option} {value}: {folder} is a file, so it cannot hold {path.name}; expected a "
-                             "path under a folder")
-        target = path if path.exists() else folder
-        if not os.access(target, os.W_OK):
-            raise ValueError(f"{option} {value}: {target} is not writable; expected a path this user may write")
-        if dest == "plot" and path.suffix:
-            from matplotlib.figure import Figure
-
-            formats = Figure().canvas.get_supported_filetypes()
-            if path.suffix[1:].lower() not in formats:
-                raise ValueError(f"{option} {value}: matplotlib cannot write {path.suffix} files; expected one of "
-                                 f"{sorted(formats)}")
+    """Every output path the run was asked for can be written, checked before simulating
+    (`paged.output_paths`), and a figure's format is one matplotlib writes."""
+    check_paths([(option, getattr(args, dest, None), suffix) for dest, (option, suffix) in OUTPUT_OPTIONS.items()])
+    check_figure_format("--plot", getattr(args, "plot", None))
 
 
 def write_outputs(args, result, summary: dict, workload, config) -> None:

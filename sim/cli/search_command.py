@@ -6,9 +6,11 @@ import json
 from pathlib import Path
 
 from paged.metrics_summary import jsonable
-from paged.workloads.options import add_workload_options
+from paged.output_paths import check_output_paths, make_parent
+from paged.workloads.options import add_workload_options, positive
 
 from ..parallel import BACKENDS
+from ..plots import check_figure_format
 from ..sim_config import ROUTERS
 
 
@@ -32,9 +34,9 @@ def add_search_parser(sub) -> None:
     p.add_argument("--replicas", type=_list(int), default="1", help="replicas, comma-separated")
     p.add_argument("--router", type=_list(str), default="round_robin", help=f"comma-separated of {list(ROUTERS)}")
     p.add_argument("--max-num-seqs", type=_list(int), default="256", help="most requests in one step, comma-separated")
-    p.add_argument("--slo-ttft-p99", type=float, required=True, help="p99 TTFT target (s)")
-    p.add_argument("--slo-tpot-p99", type=float, required=True, help="p99 TPOT target (s)")
-    p.add_argument("--rtol", type=float, default=0.02, help="bisection stops when top / bottom <= 1 + rtol")
+    p.add_argument("--slo-ttft-p99", type=positive, required=True, help="p99 TTFT target (s)")
+    p.add_argument("--slo-tpot-p99", type=positive, required=True, help="p99 TPOT target (s)")
+    p.add_argument("--rtol", type=positive, default=0.02, help="bisection stops when top / bottom <= 1 + rtol")
     p.add_argument("--gpu-hour-usd", default="", help="hw=price,... over the defaults of sim.prices")
     p.add_argument("--backend", default="processes", choices=BACKENDS,
                    help="where the simulations run: local processes or a Ray cluster")
@@ -59,7 +61,11 @@ def cmd_search(args: argparse.Namespace) -> int:
     from ..sim_config import SimConfig
     from ..sweep import grid
 
-    if args.trace is not None and args.rate is None and "lengths" == (
+    if args.workers is not None and args.workers < 1:
+        raise ValueError(f"--workers {args.workers}: expected at least 1 (or leave it out: one per core)")
+    check_output_paths([("--json", args.json, ".json"), ("--plot", args.plot, ".png")])
+    check_figure_format("--plot", args.plot)
+    if args.trace is not None and Path(args.trace).is_file() and args.rate is None and "lengths" == (
             detect_format(args.trace) if args.format == "auto" else args.format):
         args.rate = 1.0  # Poisson arrivals, which the search rescales
     workload = workload_from_args(args, get_model(args.model).max_model_len, block_size=16)
@@ -75,12 +81,11 @@ def cmd_search(args: argparse.Namespace) -> int:
           f"{len(workload):,} requests of {workload.name} in {wall:.1f} s (p99 TTFT <= {slo.ttft_p99_s:g} s, "
           f"p99 TPOT <= {slo.tpot_p99_s:g} s, rtol {args.rtol:g})")
     if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         doc = {"workload": {"trace": str(args.trace), "shared_prefix": args.shared_prefix, "name": workload.name,
                             "num_requests": len(workload)},
                "slo": {"ttft_p99_s": slo.ttft_p99_s, "tpot_p99_s": slo.tpot_p99_s}, "rtol": args.rtol,
                "wall_time_s": wall, "rows": [jsonable(r) for r in df.to_dict("records")]}
-        Path(args.json).write_text(json.dumps(doc, indent=2) + "\n")
+        make_parent(args.json).write_text(json.dumps(doc, indent=2) + "\n")
     if args.plot:
         pareto_figure(df, args.plot)
     return 0

@@ -24,7 +24,7 @@ def load_yaml(path: str, parser: argparse.ArgumentParser, run: argparse.Argument
     except OSError as e:
         raise ValueError(f"{path}: cannot read the config file: {e.strerror}") from None
     except yaml.YAMLError as e:
-        raise ValueError(f"{path}: not valid YAML: {e}") from None
+        raise ValueError(f"{path}: not valid YAML: {' '.join(str(e).split())}") from None  # one line
     if not isinstance(cfg, dict):
         raise ValueError(f"{path}: expected a mapping of option names to values")
     known = set(SimConfig.field_names()) | set(WORKLOAD_KEYS) | set(OUTPUT_KEYS)
@@ -57,9 +57,12 @@ def _yaml_value(path: str, key: str, value, run: argparse.ArgumentParser):
     if action.type is not None and not (isinstance(action.type, type) and isinstance(value, action.type)):
         try:
             value = action.type(value)
-        except (TypeError, ValueError, argparse.ArgumentTypeError):
+        except (TypeError, ValueError, argparse.ArgumentTypeError) as e:
             expected = {weights: "three numbers A,B,C", shared_prefix_arg: "four integers GROUPS,PREFIX,SUFFIX,OUTPUT"
-                        }.get(action.type, f"a value of type {action.type.__name__}")
+                        }.get(action.type)
+            if expected is None and isinstance(e, argparse.ArgumentTypeError):  # the type's own "VALUE: expected ..."
+                raise ValueError(f"{path}: {key}={e}") from None
+            expected = expected or f"a value of type {action.type.__name__}"
             raise ValueError(f"{path}: {key}={value!r}: expected {expected}") from None
     if action.choices is not None and value not in action.choices:
         raise ValueError(f"{path}: {key}={value!r}: expected one of {list(action.choices)}")

@@ -1,0 +1,175 @@
+"""The deploy half's command lines at their edges (`paged serve`, `paged launch`, `paged bench
+serve`, `python -m paged.engine`): a bad model, option, address or output path is one line naming
+it and exit status 2, found before a model loads, a replica starts or a replay begins; never a
+traceback."""
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+import paged.engine
+import paged.engine.__main__ as engine_cli
+from paged.serve import bench_serve, doctor, launch, router, server
+
+from .conftest import REPO
+
+AZURE_CONV = REPO / "traces" / "azure_llm_2023_conv.csv"
+NOBODY = "http://127.0.0.1:9"  # the discard port: nothing listens there
+
+
+def exit_status(fn, argv) -> int:
+    try:
+        return fn(argv)
+    except SystemExit as e:
+        return e.code
+
+
+@pytest.fixture
+def no_engine(monkeypatch):
+    """Loading a model fails the test: the error must come first."""
+    def fail(*_args, **_kwargs):
+        raise AssertionError("the engine was built")
+
+    monkeypatch.setattr(paged.engine, "AsyncLLM", fail)
+    monkeypatch.setattr(engine_cli, "LLMEngine", fail)
+
+
+def one_line(err: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+def test_bench_serve_checks_outputs_before_contacting_the_server(tmp_path, capsys):
+    (tmp_path / "f").write_text("")
+    for option, path, message in (("--json", tmp_path, "is a folder; expected a file path"),
+                                  ("--requests-csv", tmp_path / "f" / "r.csv", "is a file, so it cannot hold r.csv")):
+        argv = ["--url", NOBODY, "--trace", str(AZURE_CONV), "--num-requests", "3", option, str(path)]
+        assert bench_serve.main(argv) == 2
+        line = one_line(capsys.readouterr().err)
+        assert f"{option} {path}: " in line and message in line
+
+
+@pytest.mark.parametrize("url", [NOBODY, "notaurl"])
+def test_bench_serve_names_a_url_it_cannot_reach(url, capsys):
+    assert bench_serve.main(["--url", url, "--trace", str(AZURE_CONV), "--num-requests", "3"]) == 2
+    line = one_line(capsys.readouterr().err)
+    assert f"--url {url}: cannot list its models at /v1/models" in line and "expected a running OpenAI" in line
+
+
+def test_bench_serve_refuses_goodput_targets_at_or_below_zero(capsys):
+    argv = ["--url", NOBODY, "--trace", str(AZURE_CONV), "--slo-ttft-s", "-1"]
+    assert exit_status(bench_serve.main, argv) == 2
+    assert "argument --slo-ttft-s: '-1': expected a finite number > 0" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--model", "no-such-model"], "model 'no-such-model': no such file or folder, and not a known name"),
+    (["--model", "smollm2-135m", "--block-size", "12"], "EngineConfig.block_size=12: expected a power of two"),
+    (["--model", "smollm2-135m", "--kv-cache-dtype", "fp4"], "EngineConfig.kv_cache_dtype='fp4': expected one of"),
+])
+def test_serve_names_a_bad_model_or_engine_option(monkeypatch, capsys, argv, message):
+    import uvicorn
+
+    monkeypatch.setattr(uvicorn, "run", lambda *a, **k: pytest.fail("uvicorn started"))
+    assert server.main([*argv, "--port", "0"]) == 2
+    assert message in one_line(capsys.readouterr().err)
+
+
+def test_serve_checks_its_address_before_loading_the_model(no_engine, capsys):
+    assert server.main(["--model", "smollm2-135m", "--port", "80000"]) == 2
+    assert "--port 80000: expected a TCP port in [0, 65535]" in one_line(capsys.readouterr().err)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert server.main(["--model", "smollm2-135m", "--port", str(port)]) == 2
+    assert f"--host 127.0.0.1 --port {port}: cannot listen there" in one_line(capsys.readouterr().err)
+
+
+def test_launch_refuses_before_starting_a_replica(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(launch, "_run", lambda *a: pytest.fail("a replica was started"))
+    (tmp_path / "f").write_text("")
+    assert exit_status(launch.main, ["--model", "smollm2-135m", "--replicas", "0"]) == 2
+    assert "--replicas 0: expected >= 1" in capsys.readouterr().err
+    assert exit_status(launch.main, ["--model", "smollm2-135m", "--log-dir", str(tmp_path / "f" / "logs")]) == 2
+    assert f"--log-dir {tmp_path / 'f' / 'logs'}: cannot create it" in capsys.readouterr().err
+    assert exit_status(launch.main, ["--model", "smollm2-135m", "--port", "-1"]) == 2
+    assert "--port -1: expected a TCP port" in capsys.readouterr().err
+
+
+def test_engine_command_line_names_bad_input(tmp_path, no_engine, capsys):
+    assert engine_cli.main(["generate", "--model", "smollm2-135m", "--prompt", "x", "--max-tokens", "0"]) == 2
+    assert "SamplingParams.max_tokens=0: expected an integer >= 1" in one_line(capsys.readouterr().err)
+    assert engine_cli.main(["profile", "--model", "smollm2-135m", "--out", str(tmp_path)]) == 2
+    assert f"--out {tmp_path}: is a folder" in one_line(capsys.readouterr().err)
+
+
+def test_engine_command_line_names_an_unknown_model(capsys):
+    assert engine_cli.main(["generate", "--model", "no-such-model", "--prompt", "x"]) == 2
+    assert "model 'no-such-model': no such file or folder" in one_line(capsys.readouterr().err)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--backend", "notaurl"], "--backend notaurl: expected a server's URL, such as http://127.0.0.1:8000"),
+    (["--backend", "127.0.0.1:8000"], "--backend 127.0.0.1:8000: expected a server's URL"),
+    (["--backend", NOBODY, "--port", "99999"], "--port 99999: expected a TCP port in [0, 65535]"),
+])
+def test_router_refuses_what_would_leave_it_serving_nothing(monkeypatch, capsys, argv, message):
+    import uvicorn
+
+    monkeypatch.setattr(uvicorn, "run", lambda *a, **k: pytest.fail("uvicorn started"))
+    assert exit_status(router.main, argv) == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--interval", "-1"], "--interval -1.0: expected seconds >= 0"),
+    (["--gpus", "0"], "--gpus 0: expected at least 1"),
+])
+def test_doctor_names_a_bad_interval_or_gpu_count(capsys, argv, message):
+    assert exit_status(doctor.main, [NOBODY, *argv]) == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--workers", "0"], "--workers 0: expected >= 1"),
+    (["--timeout-s", "0"], "argument --timeout-s: '0': expected a finite number > 0"),
+    (["--block-size", "0"], "--block-size 0: expected a power of two >= 1"),
+    (["--max-model-len", "0"], "--max-model-len 0: expected at least 2"),
+])
+def test_bench_serve_bad_settings_are_usage_errors(capsys, argv, message):
+    assert exit_status(bench_serve.main, ["--url", NOBODY, "--trace", str(AZURE_CONV), *argv]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_bench_serve_with_a_model_named_still_checks_the_url_first(monkeypatch, capsys):
+    """Else a typo in --url replays the whole trace, every request an error, and exits 0."""
+    monkeypatch.setattr(bench_serve, "replay_in_processes", lambda *a: pytest.fail("the replay started"))
+    assert bench_serve.main(["--url", NOBODY, "--model", "m", "--trace", str(AZURE_CONV), "--num-requests", "2"]) == 2
+    assert f"--url {NOBODY}: cannot list its models" in one_line(capsys.readouterr().err)
+
+
+def test_a_mistyped_chat_template_path_is_an_error_not_a_template(tmp_path, no_engine, monkeypatch, capsys):
+    """'--chat-template my.jinja' with no such file was taken as the template itself: every chat
+    prompt would have been the text 'my.jinja'."""
+    import uvicorn
+
+    monkeypatch.setattr(uvicorn, "run", lambda *a, **k: pytest.fail("uvicorn started"))
+    missing = str(tmp_path / "my.jinja")
+    message = f"--chat-template {missing!r}: no such file, and not a Jinja template"
+    assert server.main(["--model", "smollm2-135m", "--port", "0", "--chat-template", missing]) == 2
+    assert message in one_line(capsys.readouterr().err)
+    assert exit_status(router.main, ["--backend", NOBODY, "--port", "0", "--chat-template", missing]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_a_chat_template_is_read_from_a_file_or_taken_as_given(tmp_path):
+    from paged.serve.router_tokens import read_chat_template
+
+    f = tmp_path / "t.jinja"
+    f.write_text("{{ messages[0]['content'] }}")
+    assert read_chat_template(str(f)) == "{{ messages[0]['content'] }}"
+    assert read_chat_template("{% for m in messages %}{{ m }}{% endfor %}").startswith("{% for")
+    assert read_chat_template(None) is None
