@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from datetime import date
+from itertools import islice
 from pathlib import Path
 
 import numpy as np
@@ -22,12 +23,14 @@ _TIME = re.compile(r"(\d{4}-\d\d-\d\d)[ T](\d\d):(\d\d):(\d\d)(?:\.(\d{1,9}))?")
 _NS = 10**9
 
 
-def read_plain_csv(path: Path, fmt: str, max_length: int):
-    """(arrival_s or None, prompt tokens, output tokens) of a plain trace, or None (see the module doc)."""
+def read_plain_csv(path: Path, fmt: str, max_length: int, max_rows: int | None = None):
+    """(arrival_s or None, prompt tokens, output tokens) of a plain trace, or None (see the module doc);
+    of its first `max_rows` rows only, when given (the rest of the file is not read)."""
     if fmt not in FAST_FORMATS or path.suffix == ".gz":
         return None
     try:
-        text = path.read_text(encoding="utf-8-sig")
+        with path.open(encoding="utf-8-sig") as f:
+            text = f.read() if max_rows is None else "".join(islice(f, max_rows + 1))
     except (OSError, UnicodeDecodeError):
         return None
     lines = text.rstrip("\r\n").split("\n")

@@ -79,7 +79,11 @@ def detect_format(path: str | Path) -> str:
                      f"one of {_CSV_COLUMNS} or a .jsonl Mooncake trace (or pass the format: {list(FORMATS)})")
 
 
-def read_trace(path: str | Path, fmt: str = "auto") -> TraceColumns:
+def read_trace(path: str | Path, fmt: str = "auto", max_rows: int | None = None) -> TraceColumns:
+    """The trace's columns. `max_rows`: only its first that many requests are read (a week-long trace's
+    first thousand without reading, or holding, the week); the rows after them are not checked. Ignored
+    for a length-only trace (its synthetic arrivals are drawn for the whole file) and for BurstGPT (its
+    first N requests may lie past row N, failed requests being dropped)."""
     path = Path(path)
     if path.is_dir():
         raise TraceError(f"trace {path} is a directory: expected a trace file")
@@ -87,12 +91,14 @@ def read_trace(path: str | Path, fmt: str = "auto") -> TraceColumns:
         raise FileNotFoundError(f"trace file {path} does not exist")
     if fmt == "auto":
         fmt = detect_format(path)
+    if fmt in ("lengths", "burstgpt"):
+        max_rows = None
     if fmt == "mooncake":
-        return _read_mooncake(path)
+        return _read_mooncake(path, max_rows)
     if fmt not in _CSV_COLUMNS:
         raise ValueError(f"unknown trace format {fmt!r}: known are {['auto', *FORMATS]}")
-    plain = read_plain_csv(path, fmt, MAX_LENGTH)  # the common case, without importing pandas
-    return TraceColumns(*plain) if plain is not None else _read_csv(path, fmt)
+    plain = read_plain_csv(path, fmt, MAX_LENGTH, max_rows)  # the common case, without importing pandas
+    return TraceColumns(*plain) if plain is not None else _read_csv(path, fmt, max_rows)
 
 
 def _open_text(path: Path):
@@ -150,7 +156,7 @@ def _check_optional(column: str, v: float) -> str | None:
     return None
 
 
-def _read_csv(path: Path, fmt: str) -> TraceColumns:
+def _read_csv(path: Path, fmt: str, max_rows: int | None = None) -> TraceColumns:
     import pandas as pd
 
     columns = _CSV_COLUMNS[fmt]
@@ -159,7 +165,7 @@ def _read_csv(path: Path, fmt: str) -> TraceColumns:
             # pandas only warns of (and drops) a row's fields beyond the header's
             warnings.simplefilter("error", pd.errors.ParserWarning)
             df = pd.read_csv(path, dtype=str, keep_default_na=False, skip_blank_lines=False, index_col=False,
-                             encoding="utf-8-sig")
+                             encoding="utf-8-sig", nrows=max_rows)
     except pd.errors.ParserWarning:
         raise _extra_fields(path) from None
     except pd.errors.ParserError as e:  # such as a JSON-lines file read as --format azure
@@ -235,12 +241,14 @@ def _check_order(path: Path, arrival: np.ndarray, raw, row_offset: int = 0) -> N
                     f"arrival times that do not go backwards (the row before has {raw.iloc[i - 1]!r})")
 
 
-def _read_mooncake(path: Path) -> TraceColumns:
+def _read_mooncake(path: Path, max_rows: int | None = None) -> TraceColumns:
     times, prompts, outputs, ids = [], [], [], []
     extra: dict[str, list] = {c: [] for c in OPTIONAL_COLUMNS}
     try:
         with _open_text(path) as f:
             for lineno, line in enumerate(f, 1):
+                if len(times) == max_rows:
+                    break
                 if line.strip():
                     _read_mooncake_line(path, lineno, line, times, prompts, outputs, ids, extra)
     except UnicodeDecodeError as e:

@@ -217,8 +217,10 @@ def load_workload(trace: str | Path, fmt: str = "auto", *, num_requests: int | N
                   arrival: str = "poisson", rate: float | None = None, cv: float = 1.0, seed: int = 0,
                   max_model_len: int | None = None) -> Workload:
     """Read a trace and `select` from it. Length-only traces get synthetic arrivals (`arrival`
-    at `rate` per second)."""
-    cols = read_trace(trace, fmt)
+    at `rate` per second). The first `num_requests` of the trace, with no time window before them, are
+    all that is read of it (`read_trace`'s max_rows)."""
+    first_only = num_requests is not None and num_requests >= 1 and not start_s and duration_s is None
+    cols = read_trace(trace, fmt, max_rows=num_requests if first_only else None)
     name = Path(trace).name
     if cols.arrival_s is None:
         if rate is None:
