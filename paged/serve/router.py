@@ -24,8 +24,10 @@ answers again. A request that cannot connect to its backend is retried on anothe
 backend fails mid-request ends with HTTP 502 and an OpenAI error body, or, once its stream has
 started, an error event and `data: [DONE]`. A backend that hangs is taken out at its first failed
 probe, and the requests in flight there fail after `--abort-after-failed-probes` (or, whatever
-the probes say, at `--read-timeout-s` without a byte). Malformed JSON is a 400; no backend in
-service, a 503.
+the probes say, at `--read-timeout-s` without a byte). Malformed JSON is a 400 and a body over
+`--max-body-bytes` a 413 (the router holds a body whole to route it), both found as the server
+finds them (`paged.serve.protocol`); unknown routes and methods are 404 and 405; every refusal
+has OpenAI's error shape (`paged.serve.errors`); no backend in service, a 503.
 """
 from __future__ import annotations
 
@@ -46,9 +48,10 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from paged.core.routing import DEFAULT_MAX_NUM_SEQS, ROUTERS, make_router
 
 from .backends import Backend, probe, watch
-from .errors import error_events, error_response
+from .errors import error_events, error_response, install_error_handlers
 from .kv_sync import KVSync, follow
 from .prefix_ids import block_hashes, prefix_ids
+from .protocol import parse_json, read_body
 from .router_metrics import RouterMetrics
 from .router_tokens import PromptTokens
 
@@ -70,6 +73,7 @@ class RouterConfig:
     tokenizer: str | None = None  # kv_aware: the backends' model (or tokenizer folder), to tokenize text prompts
     chat_template: str | None = None  # kv_aware with a tokenizer: the backends' --chat-template, if they have one
     max_num_seqs: int = DEFAULT_MAX_NUM_SEQS  # the backends' batch: sizes prefix_aware's imbalance limit
+    max_body_bytes: int = 4 << 20  # larger bodies get 413 (paged serve's default limit)
 
 
 class InFlight:
@@ -139,15 +143,8 @@ class Forwarder:
         return None
 
     async def completion(self, request: Request, path: str) -> Response:
-        body = await request.body()
-        try:
-            payload = json.loads(body)
-        except ValueError as e:
-            self.metrics.rejected.labels("bad_request").inc()
-            return error_response(400, f"the request body is not valid JSON: {e}")
-        if not isinstance(payload, dict):
-            self.metrics.rejected.labels("bad_request").inc()
-            return error_response(400, "the request body must be a JSON object")
+        body = await read_body(request, self.config.max_body_bytes)
+        payload = parse_json(body)
         headers = {k: v for k, v in request.headers.items() if k in FORWARDED_HEADERS}
         key = self.prompt_key(path, payload)
         while (backend := self.choose(key)) is not None:
@@ -247,7 +244,9 @@ def create_app(config: RouterConfig) -> FastAPI:
             for b in fwd.backends:
                 await b.client.aclose()
 
-    app = FastAPI(title="paged router", lifespan=lifespan)
+    app = FastAPI(title="paged router", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    install_error_handlers(app, lambda status: fwd.metrics.rejected.labels(
+        "bad_request" if status < 500 else "internal_error").inc())
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:
@@ -316,6 +315,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-num-seqs", type=int, default=d.max_num_seqs,
                    help="prefix_aware: the backends' --max-num-seqs, which sizes how much more loaded than the "
                         "lightest a prefix's backend may be (paged.core.routing.balance_threshold)")
+    p.add_argument("--max-body-bytes", type=int, default=d.max_body_bytes,
+                   help="larger request bodies get 413 (at least the backends' --max-body-bytes)")
     p.add_argument("--log-level", default="warning")
     return p
 
@@ -323,10 +324,13 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     import uvicorn
 
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.max_body_bytes < 1:
+        parser.error(f"--max-body-bytes {args.max_body_bytes}: expected at least 1")
     config = RouterConfig(args.backend, args.policy, args.block_size, args.health_interval_s, args.health_timeout_s,
                           args.connect_timeout_s, args.read_timeout_s, args.abort_after_failed_probes,
                           args.kv_events_interval_s, args.api_key, args.tokenizer, args.chat_template,
-                          args.max_num_seqs)
+                          args.max_num_seqs, args.max_body_bytes)
     uvicorn.run(create_app(config), host=args.host, port=args.port, log_level=args.log_level, access_log=False)
     return 0

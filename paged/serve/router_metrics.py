@@ -18,7 +18,8 @@ class RouterMetrics:
                               "(the backend failed mid-request: 502), status (the backend answered 5xx)",
                               ["backend", "reason"], registry=r)
         self.rejected = Counter("paged_router_rejected", "Requests answered by the router itself: bad_request "
-                                "(400) or no_backend (503)", ["reason"], registry=r)
+                                "(4xx: malformed, too large, no such route), no_backend (503) or internal_error "
+                                "(500)", ["reason"], registry=r)
         healthy = Gauge("paged_router_backend_healthy", "1 while the backend is in service", ["backend"], registry=r)
         outstanding = Gauge("paged_router_backend_outstanding", "Requests this router has in flight there",
                             ["backend"], registry=r)
