@@ -13,7 +13,8 @@ prompt only once cut into the engine's tokens, which takes the backends' tokeniz
 `--tokenizer MODEL` (and the backends' `--chat-template`, if they were given one) the router makes
 the ids as `paged serve` does (`paged.serve.router_tokens`); without it, kv_aware routes text
 and chat by load alone. Streams pass through event by
-event. `/v1/models` comes from the first healthy backend; `/health` is 200 while one backend is
+event; a client that leaves, streamed or not, has its backend request closed, which the backend
+aborts. `/v1/models` comes from the first healthy backend; `/health` is 200 while one backend is
 in service; `/metrics` counts what the router did per backend (`paged.serve.router_metrics`);
 `/kv/view` shows kv_aware's view of each backend's cache. Clients' `Authorization` headers pass
 through to the backends, which check them; the router's own reads of the backends' KV events
@@ -48,6 +49,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from paged.core.routing import DEFAULT_MAX_NUM_SEQS, ROUTERS, make_router
 
 from .backends import Backend, probe, watch
+from .disconnect import cancel_on_disconnect
 from .errors import error_events, error_response, install_error_handlers
 from .kv_sync import KVSync, follow
 from .prefix_ids import block_hashes, prefix_ids
@@ -143,7 +145,13 @@ class Forwarder:
         return None
 
     async def completion(self, request: Request, path: str) -> Response:
+        """Forwarded once the body is read, and cancelled if the client leaves first: a
+        non-streamed answer is read whole before anything is written to the client, so nothing
+        else would notice, and the backend would compute it for no one."""
         body = await read_body(request, self.config.max_body_bytes)
+        return await cancel_on_disconnect(request, self._forward(request, path, body))
+
+    async def _forward(self, request: Request, path: str, body: bytes) -> Response:
         payload = parse_json(body)
         headers = {k: v for k, v in request.headers.items() if k in FORWARDED_HEADERS}
         key = self.prompt_key(path, payload)
