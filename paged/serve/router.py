@@ -21,11 +21,14 @@ through to the backends, which check them; the router's own reads of the backend
 carry `--api-key` (the backends' key), which no client request ever gets.
 
 Faults: every backend is probed each `--health-interval-s`; one that fails is taken out until it
-answers again. A request that cannot connect to its backend is retried on another; one whose
-backend fails mid-request ends with HTTP 502 and an OpenAI error body, or, once its stream has
-started, an error event and `data: [DONE]`. A backend that hangs is taken out at its first failed
-probe, and the requests in flight there fail after `--abort-after-failed-probes` (or, whatever
-the probes say, at `--read-timeout-s` without a byte). Malformed JSON is a 400 and a body over
+answers again. A request that cannot connect to its backend is retried on another, and so, once, is
+one whose connection breaks before the backend answers (a replica dying fails the requests
+waiting on it, and the first one sent on a kept-alive connection as it dies); one whose backend
+fails after that ends with HTTP 502 and an OpenAI error body, or, once its stream has started, an
+error event and `data: [DONE]`. A backend that hangs is taken out at its first failed
+probe, and the requests in flight there fail after `--abort-after-failed-probes` (a plain one
+is then sent once more, elsewhere; whatever the probes say, a request fails at `--read-timeout-s`
+without a byte). Malformed JSON is a 400 and a body over
 `--max-body-bytes` a 413 (the router holds a body whole to route it), both found as the server
 finds them (`paged.serve.protocol`); unknown routes and methods are 404 and 405; every refusal
 has OpenAI's error shape (`paged.serve.errors`); no backend in service, a 503.
@@ -155,6 +158,7 @@ class Forwarder:
         payload = parse_json(body)
         headers = {k: v for k, v in request.headers.items() if k in FORWARDED_HEADERS}
         key = self.prompt_key(path, payload)
+        retried = False
         while (backend := self.choose(key)) is not None:
             client = backend.client
             upstream = client.build_request("POST", backend.url + path, content=body, headers=headers)
@@ -166,6 +170,18 @@ class Forwarder:
                 lease.release()
                 backend.healthy = False
                 self.metrics.errors.labels(backend.url, "connect").inc()
+                continue
+            except (httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError) as e:
+                # The connection broke before the backend answered: it died (or was stopped and its
+                # requests failed), or a kept-alive connection went as it died. The client has had
+                # nothing yet, so another backend can answer; once only, so that a request that
+                # itself kills its backend takes down at most two.
+                lease.release()
+                backend.healthy = False
+                if retried:
+                    return self._failed(backend, e, "")
+                retried = True
+                self.metrics.errors.labels(backend.url, "retried").inc()
                 continue
             except httpx.HTTPError as e:
                 lease.release()

@@ -14,8 +14,9 @@ class RouterMetrics:
                               "after a connect error is a second decision)", ["backend"], registry=r)
         self.requests = Counter("paged_router_requests", "Requests sent to a backend (with those that could not "
                                 "connect)", ["backend"], registry=r)
-        self.errors = Counter("paged_router_errors", "Forwarding failures: connect (retried elsewhere), interrupted "
-                              "(the backend failed mid-request: 502), status (the backend answered 5xx)",
+        self.errors = Counter("paged_router_errors", "Forwarding failures: connect (retried elsewhere), retried (the "
+                              "connection broke before an answer: sent once more, elsewhere), interrupted (the "
+                              "backend failed mid-request: 502), status (the backend answered 5xx)",
                               ["backend", "reason"], registry=r)
         self.rejected = Counter("paged_router_rejected", "Requests answered by the router itself: bad_request "
                                 "(4xx: malformed, too large, no such route), no_backend (503) or internal_error "
