@@ -29,7 +29,8 @@ log = logging.getLogger("paged.serve")
 # OpenAI's error types by status
 _TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
           413: "invalid_request_error", 503: "service_unavailable_error"}
-_SAMPLING_FIELD = re.compile(r"SamplingParams\.(\w+)=")
+# "SamplingParams.top_p=7: ..." (validation), "request 'x' rejected: n=17 exceeds max_num_seqs=16" (the scheduler)
+_SAMPLING_FIELD = re.compile(r"(?:^SamplingParams\.|rejected: )(\w+)=")
 
 
 class APIError(Exception):
@@ -41,7 +42,7 @@ class APIError(Exception):
     def bad_request(cls, e: ValueError) -> APIError:
         """A ValueError from the engine or the core, as a 400 naming the field it names."""
         message = str(e)
-        m = _SAMPLING_FIELD.match(message)
+        m = _SAMPLING_FIELD.search(message)
         param = m.group(1) if m else "messages" if "messages" in message else "prompt" if "prompt" in message else None
         return cls(400, message, param)
 

@@ -43,7 +43,7 @@ def test_prompt_longer_than_max_model_len_names_both_lengths(server):
 
 @pytest.mark.parametrize(("field", "value"), [
     ("temperature", -1), ("temperature", "hot"), ("top_p", 0), ("top_p", 1.5), ("top_k", -2), ("top_k", 0.5),
-    ("max_tokens", 0), ("max_tokens", "many"), ("n", 0), ("seed", -1), ("seed", 1.5), ("stop", 123),
+    ("max_tokens", 0), ("max_tokens", "many"), ("n", 0), ("n", 17), ("seed", -1), ("seed", 1.5), ("stop", 123),
     ("stop", [""]), ("stop_token_ids", ["a"]), ("ignore_eos", "no"), ("min_tokens", -1), ("min_tokens", 600),
     ("stream", "yes"), ("logprobs", 2), ("presence_penalty", 0.5), ("return_token_ids", 1),
 ])
