@@ -33,10 +33,10 @@ from paged.engine.step_log import StepLog
 
 from .debug_kv import kv_report
 from .disconnect import cancel_on_disconnect
-from .errors import APIError, error_body, install_error_handlers
+from .errors import APIError, error_body, install_error_handlers, log
 from .kv_events import DEFAULT_CAPACITY, KVEventLog, snapshot
 from .metrics import ServerMetrics, scheduler_snapshot
-from .protocol import GenerateRequest, chat_request, completion_request, fit_context, parse_json, read_body
+from .protocol import GenerateRequest, chat_request, completion_request, fit_context, json_body
 from .responses import ResponseBuilder
 from .streams import merge
 
@@ -112,7 +112,7 @@ def build_app(engine: AsyncLLM, settings: ServeSettings) -> FastAPI:
 
     @app.post("/v1/completions", dependencies=protected)
     async def completions(request: Request) -> Response:
-        req = completion_request(parse_json(await read_body(request, settings.max_body_bytes)), names)
+        req = completion_request(await json_body(request, settings.max_body_bytes), names)
         try:
             req.prompts = [llm_engine.tokens_prompt(p) for p in req.prompts]
         except ValueError as e:
@@ -122,7 +122,7 @@ def build_app(engine: AsyncLLM, settings: ServeSettings) -> FastAPI:
 
     @app.post("/v1/chat/completions", dependencies=protected)
     async def chat_completions(request: Request) -> Response:
-        req, chat = chat_request(parse_json(await read_body(request, settings.max_body_bytes)), names, max_model_len)
+        req, chat = chat_request(await json_body(request, settings.max_body_bytes), names, max_model_len)
         try:
             req.prompts = [llm_engine.chat_prompt(chat_template=settings.chat_template, **chat)]
         except ValueError as e:
@@ -178,6 +178,10 @@ def build_app(engine: AsyncLLM, settings: ServeSettings) -> FastAPI:
             except ValueError as e:  # a later prompt of the request failed: say so in the stream
                 error = APIError.bad_request(e)
                 yield _event(error_body(error.status, error.message, error.param))
+            except Exception as e:  # the engine failed (AsyncLLM fails every stream): the status is sent
+                log.exception("a stream failed after it started")
+                metrics.error(500)
+                yield _event(error_body(500, f"internal error: {type(e).__name__}: {e}"))
             else:
                 if req.include_usage:
                     yield _event(builder.usage_chunk(last))

@@ -2,8 +2,10 @@
 for the server and the router alike.
 
 Everything the server refuses is raised as an `APIError`; the app's handlers turn it, FastAPI's
-own HTTP errors (404 route, 405, 413 from the body limit) and any unexpected exception into
+own HTTP errors (404 route, 405, 413 from the body limit), its validation of query parameters
+(a 400, as vLLM answers it, not FastAPI's 422 `detail` list) and any unexpected exception into
 this one shape, so a client always reads the same body and no request can take the server down.
+A client that leaves while its body arrives is no error of the server's: an empty 499, uncounted.
 """
 from __future__ import annotations
 
@@ -14,16 +16,21 @@ from collections.abc import Callable
 from http import HTTPStatus
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
 from fastapi.sse import format_sse_event
 from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
+
+from .disconnect import CLIENT_CLOSED
 
 log = logging.getLogger("paged.serve")
 
 # OpenAI's error types by status
 _TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
           413: "invalid_request_error", 503: "service_unavailable_error"}
-_SAMPLING_FIELD = re.compile(r"SamplingParams\.(\w+)=")
+# "SamplingParams.top_p=7: ..." (validation), "request 'x' rejected: n=17 exceeds max_num_seqs=16" (the scheduler)
+_SAMPLING_FIELD = re.compile(r"(?:^SamplingParams\.|rejected: )(\w+)=")
 
 
 class APIError(Exception):
@@ -35,7 +42,7 @@ class APIError(Exception):
     def bad_request(cls, e: ValueError) -> APIError:
         """A ValueError from the engine or the core, as a 400 naming the field it names."""
         message = str(e)
-        m = _SAMPLING_FIELD.match(message)
+        m = _SAMPLING_FIELD.search(message)
         param = m.group(1) if m else "messages" if "messages" in message else "prompt" if "prompt" in message else None
         return cls(400, message, param)
 
@@ -73,6 +80,16 @@ def install_error_handlers(app: FastAPI, on_error: Callable[[int], None]) -> Non
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, e: HTTPException) -> JSONResponse:
         return respond(e.status_code, str(e.detail), None, getattr(e, "headers", None))
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_parameter(request: Request, e: RequestValidationError) -> JSONResponse:
+        first = e.errors()[0]
+        name = str(first["loc"][-1])
+        return respond(400, f"{name}={first.get('input')!r}: {first['msg']}", name)
+
+    @app.exception_handler(ClientDisconnect)
+    async def client_left(request: Request, e: ClientDisconnect) -> Response:
+        return Response(status_code=CLIENT_CLOSED)
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, e: Exception) -> JSONResponse:

@@ -5,8 +5,8 @@
 Each replica is `python -m paged serve --model M --host 127.0.0.1 --port <free port>` plus every
 option this command does not know (engine options, passed through unchanged), writing its
 output to `--log-dir`/replica-I.log. When all answer `/health`, `paged router` starts on
-`--port` in front of them (router.log), with the engines' `--block-size` and `--max-num-seqs` if
-given, and their `--api-key` (in its environment), which it sends on its own requests to them.
+`--port` in front of them (router.log), with the engines' `--block-size`, `--max-num-seqs` and
+`--max-body-bytes` if given, and their `--api-key` (in its environment), which it sends on its own requests to them.
 SIGINT (Ctrl-C) or SIGTERM stops them all: SIGTERM, then SIGKILL after `--stop-timeout-s`.
 Every child is also asked to die with the launcher (Linux's parent-death signal), so not even a
 SIGKILL of the launcher leaves orphans.
@@ -92,9 +92,10 @@ class Children:
 
 def router_options(server_options: list[str]) -> list[str]:
     """The engines' --block-size, for the router's prefix ids to name the blocks the engines
-    cache, and --max-num-seqs, which sizes prefix_aware's imbalance limit (each left out when the
-    engines use their default)."""
-    return [x for flag in ("--block-size", "--max-num-seqs")
+    cache, --max-num-seqs, which sizes prefix_aware's imbalance limit, and --max-body-bytes, so
+    that the router refuses no body the replicas take (each left out when the engines use their
+    default)."""
+    return [x for flag in ("--block-size", "--max-num-seqs", "--max-body-bytes")
             if (value := _server_option(server_options, flag)) is not None for x in (flag, value)]
 
 

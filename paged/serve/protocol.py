@@ -17,6 +17,7 @@ vLLM's `LLM` does: a sequence stops at max_model_len with finish_reason "length"
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, replace
 
 from fastapi import Request
@@ -82,6 +83,23 @@ def fit_context(req: GenerateRequest, num_prompt_tokens: int, max_model_len: int
     except ValueError as e:  # min_tokens more than what is left
         raise APIError.bad_request(e) from None
 
+async def json_body(request: Request, limit: int) -> dict:
+    """The body as a JSON object: its declared type checked, its size limited, its text valid."""
+    check_content_type(request.headers.get("content-type"))
+    return parse_json(await read_body(request, limit))
+
+
+def check_content_type(content_type: str | None) -> None:
+    """A body declared as anything but JSON (`application/json` or `application/*+json`) is a 400,
+    as FastAPI, and so vLLM, answers it: `curl -d` declares form encoding. One that declares no
+    type is read as JSON, as before: clients that send raw bytes often leave it out."""
+    if not content_type:
+        return
+    media = content_type.partition(";")[0].strip().lower()
+    if media != "application/json" and not (media.startswith("application/") and media.endswith("+json")):
+        raise APIError(400, f"Content-Type {content_type!r}: expected application/json")
+
+
 async def read_body(request: Request, limit: int) -> bytes:
     """The body, refused with 413 as soon as it is known to exceed `limit` bytes: from its
     declared length, or while it arrives (a chunked body declares none)."""
@@ -100,13 +118,48 @@ async def read_body(request: Request, limit: int) -> bytes:
 def parse_json(raw: bytes) -> dict:
     try:
         body = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise APIError(400, f"the body is not valid JSON: {e}") from None
     except RecursionError:
         raise APIError(400, "the body nests JSON too deeply") from None
+    except (ValueError, UnicodeDecodeError) as e:  # ValueError: also an int of more than 4300 digits
+        raise APIError(400, f"the body is not valid JSON: {e}") from None
     if not isinstance(body, dict):
         raise APIError(400, f"the body is a JSON {type(body).__name__}: expected an object")
+    if _SURROGATE_ESCAPE.search(raw):
+        where = _lone_surrogate(body)
+        if where is not None:
+            raise APIError(400, f"{where} holds a lone surrogate (a \\ud800-\\udfff escape without its pair): "
+                                f"expected valid Unicode text", where.partition(".")[0].partition("[")[0])
     return body
+
+
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def _lone_surrogate(body: dict) -> str | None:
+    """Where in `body` a string (or key) holds half a UTF-16 pair, which JSON can escape but no
+    UTF-8 text holds (the tokenizer refuses it; an error quoting it cannot be sent); None if none.
+    Walked with a stack, not recursion: the body may nest as deeply as the parser allowed."""
+    stack: list[tuple[str, object]] = [("", body)]
+    while stack:
+        where, value = stack.pop()
+        if isinstance(value, str):
+            if not _is_utf8(value):
+                return where.encode("utf-8", "backslashreplace").decode()
+        elif isinstance(value, dict):
+            for k, v in reversed(value.items()):
+                path = f"{where}.{k}" if where else k
+                stack.append((path, v) if _is_utf8(k) else (path, k))
+        elif isinstance(value, list):
+            stack.extend((f"{where}[{i}]", v) for i, v in reversed(list(enumerate(value))))
+    return None
+
+
+def _is_utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def check_model(body: dict, served: list[str]) -> str:

@@ -13,19 +13,25 @@ prompt only once cut into the engine's tokens, which takes the backends' tokeniz
 `--tokenizer MODEL` (and the backends' `--chat-template`, if they were given one) the router makes
 the ids as `paged serve` does (`paged.serve.router_tokens`); without it, kv_aware routes text
 and chat by load alone. Streams pass through event by
-event. `/v1/models` comes from the first healthy backend; `/health` is 200 while one backend is
+event; a client that leaves, streamed or not, has its backend request closed, which the backend
+aborts. `/v1/models` comes from the first healthy backend; `/health` is 200 while one backend is
 in service; `/metrics` counts what the router did per backend (`paged.serve.router_metrics`);
 `/kv/view` shows kv_aware's view of each backend's cache. Clients' `Authorization` headers pass
 through to the backends, which check them; the router's own reads of the backends' KV events
 carry `--api-key` (the backends' key), which no client request ever gets.
 
 Faults: every backend is probed each `--health-interval-s`; one that fails is taken out until it
-answers again. A request that cannot connect to its backend is retried on another; one whose
-backend fails mid-request ends with HTTP 502 and an OpenAI error body, or, once its stream has
-started, an error event and `data: [DONE]`. A backend that hangs is taken out at its first failed
-probe, and the requests in flight there fail after `--abort-after-failed-probes` (or, whatever
-the probes say, at `--read-timeout-s` without a byte). Malformed JSON is a 400; no backend in
-service, a 503.
+answers again. A request that cannot connect to its backend is retried on another, and so, once, is
+one whose connection breaks before the backend answers (a replica dying fails the requests
+waiting on it, and the first one sent on a kept-alive connection as it dies); one whose backend
+fails after that ends with HTTP 502 and an OpenAI error body, or, once its stream has started, an
+error event and `data: [DONE]`. A backend that hangs is taken out at its first failed
+probe, and the requests in flight there fail after `--abort-after-failed-probes` (a plain one
+is then sent once more, elsewhere; whatever the probes say, a request fails at `--read-timeout-s`
+without a byte). Malformed JSON is a 400 and a body over
+`--max-body-bytes` a 413 (the router holds a body whole to route it), both found as the server
+finds them (`paged.serve.protocol`); unknown routes and methods are 404 and 405; every refusal
+has OpenAI's error shape (`paged.serve.errors`); no backend in service, a 503.
 """
 from __future__ import annotations
 
@@ -47,9 +53,11 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from paged.core.routing import DEFAULT_MAX_NUM_SEQS, ROUTERS, make_router
 
 from .backends import Backend, probe, watch
-from .errors import error_events, error_response
+from .disconnect import cancel_on_disconnect
+from .errors import error_events, error_response, install_error_handlers
 from .kv_sync import KVSync, follow
 from .prefix_ids import block_hashes, prefix_ids
+from .protocol import parse_json, read_body
 from .router_metrics import RouterMetrics
 from .router_tokens import PromptTokens, read_chat_template
 from .server_process import check_listen_address
@@ -72,6 +80,7 @@ class RouterConfig:
     tokenizer: str | None = None  # kv_aware: the backends' model (or tokenizer folder), to tokenize text prompts
     chat_template: str | None = None  # kv_aware with a tokenizer: the backends' --chat-template, if they have one
     max_num_seqs: int = DEFAULT_MAX_NUM_SEQS  # the backends' batch: sizes prefix_aware's imbalance limit
+    max_body_bytes: int = 4 << 20  # larger bodies get 413 (paged serve's default limit)
 
 
 class InFlight:
@@ -141,17 +150,17 @@ class Forwarder:
         return None
 
     async def completion(self, request: Request, path: str) -> Response:
-        body = await request.body()
-        try:
-            payload = json.loads(body)
-        except ValueError as e:
-            self.metrics.rejected.labels("bad_request").inc()
-            return error_response(400, f"the request body is not valid JSON: {e}")
-        if not isinstance(payload, dict):
-            self.metrics.rejected.labels("bad_request").inc()
-            return error_response(400, "the request body must be a JSON object")
+        """Forwarded once the body is read, and cancelled if the client leaves first: a
+        non-streamed answer is read whole before anything is written to the client, so nothing
+        else would notice, and the backend would compute it for no one."""
+        body = await read_body(request, self.config.max_body_bytes)
+        return await cancel_on_disconnect(request, self._forward(request, path, body))
+
+    async def _forward(self, request: Request, path: str, body: bytes) -> Response:
+        payload = parse_json(body)
         headers = {k: v for k, v in request.headers.items() if k in FORWARDED_HEADERS}
         key = self.prompt_key(path, payload)
+        retried = False
         while (backend := self.choose(key)) is not None:
             client = backend.client
             upstream = client.build_request("POST", backend.url + path, content=body, headers=headers)
@@ -163,6 +172,18 @@ class Forwarder:
                 lease.release()
                 backend.healthy = False
                 self.metrics.errors.labels(backend.url, "connect").inc()
+                continue
+            except (httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError) as e:
+                # The connection broke before the backend answered: it died (or was stopped and its
+                # requests failed), or a kept-alive connection went as it died. The client has had
+                # nothing yet, so another backend can answer; once only, so that a request that
+                # itself kills its backend takes down at most two.
+                lease.release()
+                backend.healthy = False
+                if retried:
+                    return self._failed(backend, e, "")
+                retried = True
+                self.metrics.errors.labels(backend.url, "retried").inc()
                 continue
             except httpx.HTTPError as e:
                 lease.release()
@@ -249,7 +270,9 @@ def create_app(config: RouterConfig) -> FastAPI:
             for b in fwd.backends:
                 await b.client.aclose()
 
-    app = FastAPI(title="paged router", lifespan=lifespan)
+    app = FastAPI(title="paged router", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    install_error_handlers(app, lambda status: fwd.metrics.rejected.labels(
+        "bad_request" if status < 500 else "internal_error").inc())
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:
@@ -318,6 +341,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-num-seqs", type=int, default=d.max_num_seqs,
                    help="prefix_aware: the backends' --max-num-seqs, which sizes how much more loaded than the "
                         "lightest a prefix's backend may be (paged.core.routing.balance_threshold)")
+    p.add_argument("--max-body-bytes", type=int, default=d.max_body_bytes,
+                   help="larger request bodies get 413 (at least the backends' --max-body-bytes)")
     p.add_argument("--log-level", default="warning")
     return p
 
@@ -331,6 +356,8 @@ def main(argv: list[str] | None = None) -> int:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             parser.error(f"--backend {url}: expected a server's URL, such as http://127.0.0.1:8000")
+    if args.max_body_bytes < 1:
+        parser.error(f"--max-body-bytes {args.max_body_bytes}: expected at least 1")
     try:
         check_listen_address(args.host, args.port)
         chat_template = read_chat_template(args.chat_template)
@@ -339,6 +366,6 @@ def main(argv: list[str] | None = None) -> int:
     config = RouterConfig(args.backend, args.policy, args.block_size, args.health_interval_s, args.health_timeout_s,
                           args.connect_timeout_s, args.read_timeout_s, args.abort_after_failed_probes,
                           args.kv_events_interval_s, args.api_key, args.tokenizer, chat_template,
-                          args.max_num_seqs)
+                          args.max_num_seqs, args.max_body_bytes)
     uvicorn.run(create_app(config), host=args.host, port=args.port, log_level=args.log_level, access_log=False)
     return 0

@@ -14,11 +14,13 @@ class RouterMetrics:
                               "after a connect error is a second decision)", ["backend"], registry=r)
         self.requests = Counter("paged_router_requests", "Requests sent to a backend (with those that could not "
                                 "connect)", ["backend"], registry=r)
-        self.errors = Counter("paged_router_errors", "Forwarding failures: connect (retried elsewhere), interrupted "
-                              "(the backend failed mid-request: 502), status (the backend answered 5xx)",
+        self.errors = Counter("paged_router_errors", "Forwarding failures: connect (retried elsewhere), retried (the "
+                              "connection broke before an answer: sent once more, elsewhere), interrupted (the "
+                              "backend failed mid-request: 502), status (the backend answered 5xx)",
                               ["backend", "reason"], registry=r)
         self.rejected = Counter("paged_router_rejected", "Requests answered by the router itself: bad_request "
-                                "(400) or no_backend (503)", ["reason"], registry=r)
+                                "(4xx: malformed, too large, no such route), no_backend (503) or internal_error "
+                                "(500)", ["reason"], registry=r)
         healthy = Gauge("paged_router_backend_healthy", "1 while the backend is in service", ["backend"], registry=r)
         outstanding = Gauge("paged_router_backend_outstanding", "Requests this router has in flight there",
                             ["backend"], registry=r)

@@ -210,7 +210,7 @@ def shared(tmp_path_factory):
     """For the tests of a module that kill nothing: three fake servers (b0, b1, b2; 50 ms a
     token), a router of each policy in front of them (least_kv scraping often), and one in front
     of nothing, all started at once. A dict: "backends" (URLs), each policy's router URL, and
-    "nowhere" (the router without a backend)."""
+    "nowhere" (the router without a backend), and "logs" (the folder of their logs)."""
     p = Processes(tmp_path_factory.mktemp("shared"))
     try:
         started = start_backends(p, ["b0", "b1", "b2"], "--token-delay-s", "0.05")
@@ -224,7 +224,8 @@ def shared(tmp_path_factory):
         for url, proc in routers.values():
             wait_router(p, url, proc, urls)
         wait_until(lambda: _answers(nowhere, nowhere_proc), "the router without a backend answers")
-        yield {"backends": urls, "nowhere": nowhere, **{policy: url for policy, (url, _) in routers.items()}}
+        yield {"backends": urls, "nowhere": nowhere, "logs": p.logs,
+               **{policy: url for policy, (url, _) in routers.items()}}
     finally:
         p.stop_all()
 

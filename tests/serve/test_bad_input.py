@@ -43,7 +43,7 @@ def test_prompt_longer_than_max_model_len_names_both_lengths(server):
 
 @pytest.mark.parametrize(("field", "value"), [
     ("temperature", -1), ("temperature", "hot"), ("top_p", 0), ("top_p", 1.5), ("top_k", -2), ("top_k", 0.5),
-    ("max_tokens", 0), ("max_tokens", "many"), ("n", 0), ("seed", -1), ("seed", 1.5), ("stop", 123),
+    ("max_tokens", 0), ("max_tokens", "many"), ("n", 0), ("n", 17), ("seed", -1), ("seed", 1.5), ("stop", 123),
     ("stop", [""]), ("stop_token_ids", ["a"]), ("ignore_eos", "no"), ("min_tokens", -1), ("min_tokens", 600),
     ("stream", "yes"), ("logprobs", 2), ("presence_penalty", 0.5), ("return_token_ids", 1),
 ])
@@ -144,3 +144,53 @@ def test_the_doctor_reads_debug_kv_with_the_key(strict_server, capsys, monkeypat
     main([strict_server.url, "--interval", "0", "--json", "--api-key", "s3cret"])
     checks = {c["name"]: c for c in json.loads(capsys.readouterr().out)}
     assert checks["KV block audit: no leaks"]["status"] == "PASS"
+
+
+def test_a_number_too_long_to_convert_is_400(server):
+    """Python refuses to turn more than 4300 digits into an int (a ValueError, not a JSONDecodeError)."""
+    body = b'{"prompt": "x", "max_tokens": ' + b"9" * 5000 + b"}"
+    assert_error(server.post("/v1/completions", content=body), 400, "not valid JSON", "digits")
+
+
+@pytest.mark.parametrize(("path", "body", "where"), [
+    ("/v1/completions", b'{"prompt": "a\\ud800b"}', "prompt"),
+    ("/v1/completions", b'{"prompt": ["ok", "\\udc80"]}', "prompt[1]"),
+    ("/v1/completions", b'{"prompt": "x", "stop": ["\\ud800"]}', "stop[0]"),
+    ("/v1/completions", b'{"prompt": "x", "model": "\\ud800"}', "model"),
+    ("/v1/chat/completions", b'{"messages": [{"role": "user", "content": "\\udfff"}]}', "messages[0].content"),
+])
+def test_a_lone_surrogate_is_400_naming_where(server, path, body, where):
+    """JSON may escape half a UTF-16 pair (`\\ud800`), which no UTF-8 text can hold: the tokenizer
+    raised a TypeError (a 500), and an error message quoting it could not even be encoded."""
+    assert_error(server.post(path, content=body), 400, where, "surrogate")
+
+
+@pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded", "multipart/form-data"])
+def test_a_body_that_is_not_declared_json_is_400(server, content_type):
+    """As vLLM (FastAPI validates only declared JSON): `curl -d` sends form encoding."""
+    body = b'{"prompt": "x", "max_tokens": 1}'
+    assert_error(server.post("/v1/completions", content=body, headers={"content-type": content_type}), 400,
+                 content_type, "application/json")
+    for ok in ("application/json; charset=utf-8", "application/vnd.api+json"):
+        assert server.post("/v1/completions", content=body, headers={"content-type": ok}).status_code == 200
+
+
+@pytest.mark.parametrize("path", ["/kv/events?since=abc", "/debug/steps?since=-1"])
+def test_a_bad_query_parameter_is_400_in_openais_shape(server, path):
+    assert_error(server.get(path), 400, "since", param="since")
+
+
+def test_a_client_that_leaves_while_sending_its_body_is_no_server_error(server):
+    """A body cut short is the client's doing: no 500 in the error counts, no traceback in the log."""
+    import socket
+
+    from .conftest import metric
+
+    host, port = server.url.removeprefix("http://").split(":")
+    for _ in range(3):
+        with socket.create_connection((host, int(port))) as s:
+            s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      b"Content-Length: 1000\r\n\r\n{\"prompt\": ")
+    assert server.post("/v1/completions", json={"prompt": "ok", "max_tokens": 1}).status_code == 200
+    assert metric(server.get("/metrics").text, "paged:request_errors_total", status="500") is None
+    assert "ClientDisconnect" not in server.log.read_text()

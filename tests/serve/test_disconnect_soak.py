@@ -1,12 +1,13 @@
 """Clients that leave (mid-stream, or while a whole answer is computed) abort their requests and
-free their blocks (read back from /debug/kv), and a few thousand mixed requests leave every block
-free or cached with a clean audit."""
+free their blocks (read back from /debug/kv), through the router too, and a few thousand mixed
+requests leave every block free or cached with a clean audit."""
 import asyncio
 import random
 
 import httpx
+import pytest
 
-from .conftest import wait_until
+from .conftest import start_router, wait_router, wait_until
 
 
 def aborted(server) -> float:
@@ -112,3 +113,24 @@ def test_soak_of_mixed_requests_leaves_no_block_behind(server, model_name):
     assert kv["audit"]["ok"], kv["audit"]
     assert kv["pool"]["free"] == kv["pool"]["num_blocks"] and kv["pool"]["cached"] > 0
     assert server.get("/health").status_code == 200
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_client_leaving_through_the_router_aborts_at_the_replica(server, procs, stream):
+    """The router must pass a client's goodbye on: a non-streamed answer is read whole by the
+    router before it writes anything, so, left alone, it waited for all 480 tokens (the replica
+    computing them for no one) instead of closing its upstream request, which the replica aborts."""
+    url, proc = start_router(procs, [server.url], "round_robin", "--health-interval-s", "0.2")
+    wait_router(procs, url, proc, [server.url])
+    before = aborted(server)
+    body = {"prompt": "no one waits", "max_tokens": 480, "ignore_eos": True}
+    if stream:
+        with httpx.stream("POST", f"{url}/v1/completions", json={**body, "stream": True}, timeout=60) as r:
+            lines = r.iter_lines()
+            next(lines)
+    else:
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(f"{url}/v1/completions", json=body, timeout=httpx.Timeout(60, read=0.5))
+    wait_until(lambda: aborted(server) > before, "the replica aborted the request its client left")
+    kv = wait_until(lambda: idle_and_clean(server), "every block free after the abort")
+    assert kv["audit"]["ok"], kv["audit"]
