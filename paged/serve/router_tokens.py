@@ -26,7 +26,11 @@ def read_chat_template(value: str | None) -> str | None:
     error, not a template that would render that text for every chat."""
     if value is None:
         return None
-    if Path(value).is_file():
+    try:
+        is_file = Path(value).is_file()
+    except OSError:  # such as a name too long for a path: a template written out, as most are
+        is_file = False
+    if is_file:
         return Path(value).read_text()
     if "{{" not in value and "{%" not in value:
         raise ValueError(f"--chat-template {value!r}: no such file, and not a Jinja template (no {{{{ or {{% in "

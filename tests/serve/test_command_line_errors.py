@@ -173,3 +173,7 @@ def test_a_chat_template_is_read_from_a_file_or_taken_as_given(tmp_path):
     assert read_chat_template(str(f)) == "{{ messages[0]['content'] }}"
     assert read_chat_template("{% for m in messages %}{{ m }}{% endfor %}").startswith("{% for")
     assert read_chat_template(None) is None
+    # a template written out is usually longer than a file name may be (the router reads it twice: its
+    # option, then the text again): taken as given, not an OSError
+    long = "{% for m in messages %}<|im_start|>" + "x" * 400 + "{{ m['content'] }}<|im_end|>{% endfor %}"
+    assert read_chat_template(long) == long and read_chat_template(read_chat_template(long)) == long
