@@ -1,14 +1,14 @@
 """kv_aware's view of each replica is that replica's pool, event by event: whatever the pools
 do (allocate, cache, hit, free, evict, reset), after every step the set of hashes the router
 holds for replica i equals the hashes replica i's pool caches, and routing picks the best score
-computed from the pools themselves."""
+computed from the pools themselves, at the price per outstanding request the router has learnt."""
 from types import SimpleNamespace
 
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from paged.core.block_pool import BlockPool
-from paged.core.routing import KVAware
+from paged.core.routing import MAX_LOAD_TOKENS, KVAware
 
 NUM_BLOCKS = 4
 HASHES = st.lists(st.integers(0, 11), min_size=1, max_size=4)
@@ -53,11 +53,12 @@ class KVEventsMachine(RuleBasedStateMachine):
     @rule(hashes=HASHES, loads=st.tuples(st.integers(0, 3), st.integers(0, 3)))
     def route(self, hashes, loads):
         replicas = [SimpleNamespace(outstanding=o, kv_usage=0.0) for o in loads]
+        price = min(self.router.load_tokens, MAX_LOAD_TOKENS)  # what an outstanding request costs now
         got = self.router.route_hashes(hashes, replicas)
 
         def score(i):
             m = next((k for k, h in enumerate(hashes) if h not in self.pools[i].cached), len(hashes))
-            return (m - 2 * loads[i], -loads[i], -i)
+            return (m - price * loads[i], -loads[i], -i)
 
         assert got == max(range(2), key=score)
 
