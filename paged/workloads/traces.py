@@ -183,8 +183,10 @@ def _read_csv(path: Path, fmt: str, max_rows: int | None = None) -> TraceColumns
     df = df.iloc[:keep]
     missing = [c for c in columns if c not in df.columns]
     if missing:
+        have = list(df.columns)
+        shown = f"{have}" if len(have) <= 8 else f"{str(have[:8])[:-1]}, ...] ({len(have)} in all)"
         raise TraceError(f"{path}, line 1: missing column(s) {missing}; the {fmt} format has {list(columns)}, "
-                         f"the file has {list(df.columns)}")
+                         f"the file has {shown}")
     for c in columns:
         empty = (df[c].isna() | (df[c].str.strip() == "")).to_numpy()
         if empty.any():

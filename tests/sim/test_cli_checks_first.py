@@ -139,9 +139,14 @@ def test_a_trace_read_in_the_wrong_format_says_which_was_expected(traces, capsys
     """A Mooncake JSON-lines trace read as --format azure: pandas' tokenizing error alone named
     neither the format nor its columns."""
     trace = traces / "mooncake_fast25_synthetic_trace.jsonl"
-    err = usage_error(capsys, ["run", "--trace", str(trace), "--format", "azure", "--num-requests", "5"])
+    err = usage_error(capsys, ["run", "--trace", str(trace), "--format", "azure"])
     assert f"error: {trace}: Error tokenizing data" in err and len(err.strip().splitlines()) == 1
     assert "expected a CSV trace in the azure format, with the columns ['TIMESTAMP', 'ContextTokens'," in err
+    # the first 5 requests read only the first 5 lines, which pandas tokenizes: their header lacks the columns
+    err = usage_error(capsys, ["run", "--trace", str(trace), "--format", "azure", "--num-requests", "5"])
+    assert (f"error: {trace}, line 1: missing column(s) ['TIMESTAMP', 'ContextTokens', 'GeneratedTokens']; the azure "
+            "format has" in err and len(err.strip().splitlines()) == 1)
+    assert "(82 in all)" in err and len(err) < 400  # its header, a JSON line split at commas, is not all repeated
 
 
 def test_search_names_a_missing_trace_or_a_folder_as_run_does(tmp_path, capsys, no_search):
