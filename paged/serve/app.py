@@ -1,7 +1,7 @@
 """The OpenAI-compatible app over one `AsyncLLM`: routes, authentication, admission, streaming.
 
     POST /v1/completions, /v1/chat/completions   (stream: server-sent events ending in [DONE])
-    GET  /v1/models, /health, /metrics, /debug/kv
+    GET  /v1/models, /health, /metrics, /debug/kv    (/v1/models and /health: HEAD too, for probes)
     GET  /debug/steps?since=SEQ                  (the engine's steps: shapes and forward times, `StepLog`)
     GET  /kv/events?since=SEQ, /kv/blocks        (the prefix cache's changes, for routers: `kv_events`)
 
@@ -33,7 +33,7 @@ from paged.engine.step_log import StepLog
 
 from .debug_kv import kv_report
 from .disconnect import cancel_on_disconnect
-from .errors import APIError, error_body, install_error_handlers, log
+from .errors import PROBED, APIError, error_body, install_error_handlers, log
 from .kv_events import DEFAULT_CAPACITY, KVEventLog, snapshot
 from .metrics import ServerMetrics, scheduler_snapshot
 from .protocol import GenerateRequest, chat_request, completion_request, fit_context, json_body
@@ -80,7 +80,7 @@ def build_app(engine: AsyncLLM, settings: ServeSettings) -> FastAPI:
 
     protected = [Depends(authorized)]
 
-    @app.get("/health")
+    @app.api_route("/health", methods=PROBED)
     async def health() -> Response:
         return Response(status_code=200)
 
@@ -104,7 +104,7 @@ def build_app(engine: AsyncLLM, settings: ServeSettings) -> FastAPI:
     async def kv_blocks() -> JSONResponse:
         return JSONResponse(await engine.inspect(lambda e: snapshot(kv_log, e)))
 
-    @app.get("/v1/models", dependencies=protected)
+    @app.api_route("/v1/models", methods=PROBED, dependencies=protected)
     async def models() -> JSONResponse:
         return JSONResponse({"object": "list", "data": [
             {"id": name, "object": "model", "created": 0, "owned_by": "paged", "root": llm_engine.model_name,

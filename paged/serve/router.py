@@ -15,10 +15,11 @@ the ids as `paged serve` does (`paged.serve.router_tokens`); without it, kv_awar
 and chat by load alone. Streams pass through event by
 event; a client that leaves, streamed or not, has its backend request closed, which the backend
 aborts. `/v1/models` comes from the first healthy backend; `/health` is 200 while one backend is
-in service; `/metrics` counts what the router did per backend (`paged.serve.router_metrics`);
-`/kv/view` shows kv_aware's view of each backend's cache. Clients' `Authorization` headers pass
-through to the backends, which check them; the router's own reads of the backends' KV events
-carry `--api-key` (the backends' key), which no client request ever gets.
+in service (both answer HEAD too, for load balancers' probes); `/metrics` counts what the router
+did per backend (`paged.serve.router_metrics`); `/kv/view` shows kv_aware's view of each
+backend's cache. Clients' `Authorization` headers pass through to the backends, which check them;
+the router's own reads of the backends' KV events carry `--api-key` (the backends' key), which no
+client request ever gets.
 
 Faults: every backend is probed each `--health-interval-s`; one that fails is taken out until it
 answers again. A request that cannot connect to its backend is retried on another, and so, once, is
@@ -54,7 +55,7 @@ from paged.core.routing import DEFAULT_MAX_NUM_SEQS, ROUTERS, make_router
 
 from .backends import Backend, probe, watch
 from .disconnect import cancel_on_disconnect
-from .errors import error_events, error_response, install_error_handlers
+from .errors import PROBED, error_events, error_response, install_error_handlers
 from .kv_sync import KVSync, follow
 from .prefix_ids import block_hashes, prefix_ids
 from .protocol import parse_json, read_body
@@ -282,11 +283,11 @@ def create_app(config: RouterConfig) -> FastAPI:
     async def chat_completions(request: Request) -> Response:
         return await fwd.completion(request, "/v1/chat/completions")
 
-    @app.get("/v1/models")
+    @app.api_route("/v1/models", methods=PROBED)
     async def models(request: Request) -> Response:
         return await fwd.models(request)
 
-    @app.get("/health")
+    @app.api_route("/health", methods=PROBED)
     async def health() -> Response:
         n = sum(b.healthy for b in fwd.backends)
         if n:
