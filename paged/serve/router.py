@@ -39,6 +39,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -64,6 +65,8 @@ from .router_tokens import PromptTokens, read_chat_template
 from .server_process import check_listen_address
 
 FORWARDED_HEADERS = ("authorization", "content-type")
+SECONDS_OPTIONS = ("health_interval_s", "health_timeout_s", "connect_timeout_s", "read_timeout_s",
+                   "kv_events_interval_s")
 
 
 @dataclass(slots=True)
@@ -357,8 +360,12 @@ def main(argv: list[str] | None = None) -> int:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             parser.error(f"--backend {url}: expected a server's URL, such as http://127.0.0.1:8000")
-    if args.max_body_bytes < 1:
-        parser.error(f"--max-body-bytes {args.max_body_bytes}: expected at least 1")
+    for option in ("block_size", "max_num_seqs", "abort_after_failed_probes", "max_body_bytes"):
+        if (value := getattr(args, option)) < 1:
+            parser.error(f"--{option.replace('_', '-')} {value}: expected at least 1")
+    for option in SECONDS_OPTIONS:  # 0 would probe or poll in a busy loop, NaN compare false everywhere
+        if not 0 < (value := getattr(args, option)) < math.inf:
+            parser.error(f"--{option.replace('_', '-')} {value}: expected a finite number of seconds > 0")
     try:
         check_listen_address(args.host, args.port)
         chat_template = read_chat_template(args.chat_template)
