@@ -12,8 +12,9 @@ here; it publishes KV events on a ZMQ socket of its own, not over HTTP, so /kv/e
 /debug/kv (every request's block table) and /debug/steps are guarded here like /v1. The router reads the KV
 endpoints with the key it is given (`paged router --api-key`; `paged launch` hands it the
 replicas' key). Bodies
-over `max_body_bytes` get 413; with `max_waiting`, a request arriving while that many wait gets
-503 with Retry-After instead of a place in an ever longer queue.
+over `max_body_bytes` get 413; with `max_waiting`, a request whose sequences (prompts x n) would
+take the queue past that many gets 503 with Retry-After instead of a place in an ever longer
+queue (`admission`).
 """
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from paged.engine import AsyncLLM
 from paged.engine.step_log import StepLog
 
+from .admission import admit
 from .debug_kv import kv_report
 from .disconnect import cancel_on_disconnect
 from .errors import PROBED, APIError, error_body, install_error_handlers, log
@@ -140,10 +142,7 @@ def build_app(engine: AsyncLLM, settings: ServeSettings) -> FastAPI:
                 if len(req.prompts) > 1:
                     e.message = f"prompt {i}: {e.message}"
                 raise
-        if settings.max_waiting is not None and engine.num_waiting >= settings.max_waiting:
-            raise APIError(503, f"the server is busy: {engine.num_waiting} requests are waiting "
-                                f"(--max-waiting {settings.max_waiting}); retry later",
-                           headers={"Retry-After": str(settings.retry_after_s)})
+        admit(engine.num_waiting_seqs, len(req.prompts), req.params.n, settings.max_waiting, settings.retry_after_s)
         streams = [engine.generate(p, params[i], request_id=f"{builder.id}-{i}") for i, p in enumerate(req.prompts)]
         trackers = [metrics.tracker() for _ in streams]
         outputs = merge(streams)
