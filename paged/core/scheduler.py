@@ -157,6 +157,11 @@ class Scheduler(BaseScheduler):
         """Sequences a request will run as: n for a parallel-sampling request not yet forked."""
         return req.sampling_params.n if req.parent is None and req.num_output_base == 0 else 1
 
+    def num_waiting_seqs(self) -> int:
+        """Sequences the waiting requests will run as: what a server's admission limit counts,
+        since vLLM's engine queues a request of n samples as n requests."""
+        return sum(self._seqs_of(r) for r in self.waiting) if self.waiting else 0
+
     def _num_seqs_reserved(self) -> int:
         """Running sequences, counting the children that running parents will fork into."""
         n = len(self.decode.members)

@@ -36,6 +36,7 @@ class AsyncLLM:
         self._wakeup: asyncio.Event | None = None
         self._loop_task: asyncio.Task | None = None
         self._ids = itertools.count()
+        self._waiting_seqs = 0  # the scheduler's, counted before the last step (`num_waiting_seqs`)
 
     async def generate(self, prompt: Prompt, sampling_params: SamplingParams | None = None,
                        request_id: str | None = None) -> AsyncIterator[RequestOutput]:
@@ -77,9 +78,12 @@ class AsyncLLM:
         return await future
 
     @property
-    def num_waiting(self) -> int:
-        """Requests queued for admission, those not yet handed to the engine included."""
-        return len(self.engine.scheduler.waiting) + len(self._to_add)
+    def num_waiting_seqs(self) -> int:
+        """Sequences queued for admission, those of requests not yet handed to the engine included;
+        a request of n samples not yet forked counts n. The scheduler's queue is counted between
+        steps (a step admits and preempts in its worker thread): while one runs, what it admits
+        still counts, so a limit on this errs on the side of refusing."""
+        return self._waiting_seqs + sum(1 if params is None else params.n for _, _, params, _ in self._to_add)
 
     def _start(self) -> None:
         """Wake the engine loop, starting it in the running event loop if it is not running there."""
@@ -111,7 +115,7 @@ class AsyncLLM:
 
     def _apply_pending(self) -> None:
         """Between steps: queue the new requests, then the aborts (which may name one just added),
-        then the inspections (which see both)."""
+        then the inspections (which see both); last, the waiting sequences are counted."""
         engine = self.engine
         while self._to_add:
             request_id, prompt, params, queue = self._to_add.pop(0)
@@ -133,6 +137,7 @@ class AsyncLLM:
                 future.set_result(fn(engine))
             except Exception as e:  # noqa: BLE001 -- the caller's problem, raised where it awaits
                 future.set_exception(e)
+        self._waiting_seqs = engine.scheduler.num_waiting_seqs()
 
     async def shutdown(self) -> None:
         if self._loop_task is not None:

@@ -1,7 +1,7 @@
 """The OpenAI-compatible app over one `AsyncLLM`: routes, authentication, admission, streaming.
 
     POST /v1/completions, /v1/chat/completions   (stream: server-sent events ending in [DONE])
-    GET  /v1/models, /health, /metrics, /debug/kv
+    GET  /v1/models, /health, /metrics, /debug/kv    (/v1/models and /health: HEAD too, for probes)
     GET  /debug/steps?since=SEQ                  (the engine's steps: shapes and forward times, `StepLog`)
     GET  /kv/events?since=SEQ, /kv/blocks        (the prefix cache's changes, for routers: `kv_events`)
 
@@ -12,8 +12,9 @@ here; it publishes KV events on a ZMQ socket of its own, not over HTTP, so /kv/e
 /debug/kv (every request's block table) and /debug/steps are guarded here like /v1. The router reads the KV
 endpoints with the key it is given (`paged router --api-key`; `paged launch` hands it the
 replicas' key). Bodies
-over `max_body_bytes` get 413; with `max_waiting`, a request arriving while that many wait gets
-503 with Retry-After instead of a place in an ever longer queue.
+over `max_body_bytes` get 413; with `max_waiting`, a request whose sequences (prompts x n) would
+take the queue past that many gets 503 with Retry-After instead of a place in an ever longer
+queue (`admission`).
 """
 from __future__ import annotations
 
@@ -31,9 +32,10 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from paged.engine import AsyncLLM
 from paged.engine.step_log import StepLog
 
+from .admission import admit
 from .debug_kv import kv_report
 from .disconnect import cancel_on_disconnect
-from .errors import APIError, error_body, install_error_handlers, log
+from .errors import PROBED, APIError, error_body, install_error_handlers, log
 from .kv_events import DEFAULT_CAPACITY, KVEventLog, snapshot
 from .metrics import ServerMetrics, scheduler_snapshot
 from .protocol import GenerateRequest, chat_request, completion_request, fit_context, json_body
@@ -80,7 +82,7 @@ def build_app(engine: AsyncLLM, settings: ServeSettings) -> FastAPI:
 
     protected = [Depends(authorized)]
 
-    @app.get("/health")
+    @app.api_route("/health", methods=PROBED)
     async def health() -> Response:
         return Response(status_code=200)
 
@@ -104,7 +106,7 @@ def build_app(engine: AsyncLLM, settings: ServeSettings) -> FastAPI:
     async def kv_blocks() -> JSONResponse:
         return JSONResponse(await engine.inspect(lambda e: snapshot(kv_log, e)))
 
-    @app.get("/v1/models", dependencies=protected)
+    @app.api_route("/v1/models", methods=PROBED, dependencies=protected)
     async def models() -> JSONResponse:
         return JSONResponse({"object": "list", "data": [
             {"id": name, "object": "model", "created": 0, "owned_by": "paged", "root": llm_engine.model_name,
@@ -140,10 +142,7 @@ def build_app(engine: AsyncLLM, settings: ServeSettings) -> FastAPI:
                 if len(req.prompts) > 1:
                     e.message = f"prompt {i}: {e.message}"
                 raise
-        if settings.max_waiting is not None and engine.num_waiting >= settings.max_waiting:
-            raise APIError(503, f"the server is busy: {engine.num_waiting} requests are waiting "
-                                f"(--max-waiting {settings.max_waiting}); retry later",
-                           headers={"Retry-After": str(settings.retry_after_s)})
+        admit(engine.num_waiting_seqs, len(req.prompts), req.params.n, settings.max_waiting, settings.retry_after_s)
         streams = [engine.generate(p, params[i], request_id=f"{builder.id}-{i}") for i, p in enumerate(req.prompts)]
         trackers = [metrics.tracker() for _ in streams]
         outputs = merge(streams)

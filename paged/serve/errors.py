@@ -26,6 +26,13 @@ from .disconnect import CLIENT_CLOSED
 
 log = logging.getLogger("paged.serve")
 
+# The methods of the routes that probes read (/health, /v1/models). HEAD is answered as GET, its body
+# left out by uvicorn: load balancers' health checks and `curl -I` send it, and HTTP requires it
+# wherever GET is served (RFC 9110 9.1). FastAPI's routes take only the methods named, so vLLM,
+# whose /health and /v1/models are plain `get` routes, answers HEAD with 405. OPTIONS stays a 405,
+# as a plain one is in vLLM.
+PROBED = ["GET", "HEAD"]
+
 # OpenAI's error types by status
 _TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
           413: "invalid_request_error", 503: "service_unavailable_error"}

@@ -15,10 +15,11 @@ the ids as `paged serve` does (`paged.serve.router_tokens`); without it, kv_awar
 and chat by load alone. Streams pass through event by
 event; a client that leaves, streamed or not, has its backend request closed, which the backend
 aborts. `/v1/models` comes from the first healthy backend; `/health` is 200 while one backend is
-in service; `/metrics` counts what the router did per backend (`paged.serve.router_metrics`);
-`/kv/view` shows kv_aware's view of each backend's cache. Clients' `Authorization` headers pass
-through to the backends, which check them; the router's own reads of the backends' KV events
-carry `--api-key` (the backends' key), which no client request ever gets.
+in service (both answer HEAD too, for load balancers' probes); `/metrics` counts what the router
+did per backend (`paged.serve.router_metrics`); `/kv/view` shows kv_aware's view of each
+backend's cache. Clients' `Authorization` headers pass through to the backends, which check them;
+the router's own reads of the backends' KV events carry `--api-key` (the backends' key), which no
+client request ever gets.
 
 Faults: every backend is probed each `--health-interval-s`; one that fails is taken out until it
 answers again. A request that cannot connect to its backend is retried on another, and so, once, is
@@ -38,6 +39,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -54,7 +56,7 @@ from paged.core.routing import DEFAULT_MAX_NUM_SEQS, ROUTERS, make_router
 
 from .backends import Backend, probe, watch
 from .disconnect import cancel_on_disconnect
-from .errors import error_events, error_response, install_error_handlers
+from .errors import PROBED, error_events, error_response, install_error_handlers
 from .kv_sync import KVSync, follow
 from .prefix_ids import block_hashes, prefix_ids
 from .protocol import parse_json, read_body
@@ -63,6 +65,8 @@ from .router_tokens import PromptTokens, read_chat_template
 from .server_process import check_listen_address
 
 FORWARDED_HEADERS = ("authorization", "content-type")
+SECONDS_OPTIONS = ("health_interval_s", "health_timeout_s", "connect_timeout_s", "read_timeout_s",
+                   "kv_events_interval_s")
 
 
 @dataclass(slots=True)
@@ -282,11 +286,11 @@ def create_app(config: RouterConfig) -> FastAPI:
     async def chat_completions(request: Request) -> Response:
         return await fwd.completion(request, "/v1/chat/completions")
 
-    @app.get("/v1/models")
+    @app.api_route("/v1/models", methods=PROBED)
     async def models(request: Request) -> Response:
         return await fwd.models(request)
 
-    @app.get("/health")
+    @app.api_route("/health", methods=PROBED)
     async def health() -> Response:
         n = sum(b.healthy for b in fwd.backends)
         if n:
@@ -356,8 +360,12 @@ def main(argv: list[str] | None = None) -> int:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             parser.error(f"--backend {url}: expected a server's URL, such as http://127.0.0.1:8000")
-    if args.max_body_bytes < 1:
-        parser.error(f"--max-body-bytes {args.max_body_bytes}: expected at least 1")
+    for option in ("block_size", "max_num_seqs", "abort_after_failed_probes", "max_body_bytes"):
+        if (value := getattr(args, option)) < 1:
+            parser.error(f"--{option.replace('_', '-')} {value}: expected at least 1")
+    for option in SECONDS_OPTIONS:  # 0 would probe or poll in a busy loop, NaN compare false everywhere
+        if not 0 < (value := getattr(args, option)) < math.inf:
+            parser.error(f"--{option.replace('_', '-')} {value}: expected a finite number of seconds > 0")
     try:
         check_listen_address(args.host, args.port)
         chat_template = read_chat_template(args.chat_template)

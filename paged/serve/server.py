@@ -31,7 +31,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--served-model-name", nargs="+", default=None,
                    help="the names clients use for the model (default: --model as given)")
     p.add_argument("--max-waiting", type=int, default=None,
-                   help="answer 503 + Retry-After while this many requests wait (default: no limit)")
+                   help="answer 503 + Retry-After to a request whose sequences (prompts x n) would take "
+                        "the waiting ones past this many (default: no limit)")
     p.add_argument("--max-body-bytes", type=int, default=4 << 20, help="larger request bodies get 413")
     p.add_argument("--chat-template", default=None, help="a Jinja chat template, or a file holding one "
                                                           "(default: the model's own)")

@@ -95,6 +95,23 @@ def test_the_server_survives_all_of_it(server):
     assert server.get("/debug/kv").json()["audit"]["ok"]
 
 
+def assert_head_is_get_without_body(url: str, path: str, **kwargs) -> httpx.Response:
+    """HEAD answers what GET does (status, type, length), less the body."""
+    get, head = httpx.get(url + path, timeout=30, **kwargs), httpx.head(url + path, timeout=30, **kwargs)
+    assert head.status_code == get.status_code and head.content == b"", (path, head.status_code, head.content)
+    for header in ("content-type", "content-length"):
+        assert head.headers.get(header) == get.headers.get(header), (path, header)
+    return head
+
+
+def test_probes_may_send_head(server):
+    """Load balancers' and Kubernetes-style probes (and `curl -I`) send HEAD: it was a 405."""
+    for path in ("/health", "/v1/models"):
+        assert assert_head_is_get_without_body(server.url, path).status_code == 200
+    options = httpx.options(server.url + "/health", timeout=30)  # vLLM answers a plain OPTIONS 405 too
+    assert options.status_code == 405 and set(options.headers["allow"].split(", ")) == {"GET", "HEAD"}
+
+
 @pytest.fixture(scope="module")
 def strict_server(tiny_chat_model, tmp_path_factory):
     """An API key from the environment, and one waiting request at most, one running."""
@@ -113,6 +130,8 @@ def test_api_key_is_required_everywhere_but_health_and_metrics(strict_server):
         assert strict_server.get(path, headers={"Authorization": "Bearer s3cret"}).status_code == 200
     assert_error(strict_server.post("/v1/completions", json={"prompt": "x"}), 401)
     assert strict_server.get("/health").status_code == 200  # probes and scrapers need no key
+    assert assert_head_is_get_without_body(strict_server.url, "/health").status_code == 200
+    assert assert_head_is_get_without_body(strict_server.url, "/v1/models").status_code == 401
     assert strict_server.get("/metrics").status_code == 200
 
 

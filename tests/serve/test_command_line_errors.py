@@ -124,6 +124,26 @@ def test_router_refuses_what_would_leave_it_serving_nothing(monkeypatch, capsys,
     assert message in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("option, value, expected", [
+    *((option, value, "expected at least 1") for option in ("--block-size", "--max-num-seqs",
+                                                             "--abort-after-failed-probes", "--max-body-bytes")
+      for value in ("0", "-3")),
+    *((option, value, "expected a finite number of seconds > 0")
+      for option in ("--health-interval-s", "--health-timeout-s", "--connect-timeout-s", "--read-timeout-s",
+                     "--kv-events-interval-s") for value in ("0", "-1", "nan", "inf")),
+])
+def test_router_names_a_number_option_out_of_range(monkeypatch, capsys, option, value, expected):
+    """Zero, negative, NaN and infinite numbers were taken: a 0 s interval probed in a busy loop,
+    --block-size 0 raised ZeroDivisionError at the first prefix_aware request (a negative one hashed
+    no prefix at all), --max-num-seqs 0 was a traceback; the option, its value and the range now."""
+    import uvicorn
+
+    monkeypatch.setattr(uvicorn, "run", lambda *a, **k: pytest.fail("uvicorn started"))
+    assert exit_status(router.main, ["--backend", NOBODY, option, value]) == 2
+    err = capsys.readouterr().err
+    assert f"paged router: error: {option} {float(value) if option.endswith('-s') else value}: {expected}" in err
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--interval", "-1"], "--interval -1.0: expected seconds >= 0"),
     (["--gpus", "0"], "--gpus 0: expected at least 1"),

@@ -120,6 +120,17 @@ def test_bad_json_is_a_400_and_no_backend_a_503(shared):
     assert r.status_code == 503 and r.json()["error"]["code"] == "no_backend"
 
 
+def test_probes_may_send_head(shared):
+    """HEAD /health and /v1/models (load balancers' probes, `curl -I`) were 405: now GET's status
+    and headers without the body, also when no backend is in service."""
+    for url, path, status in ((shared["round_robin"], "/health", 200), (shared["round_robin"], "/v1/models", 200),
+                              (shared["nowhere"], "/health", 503), (shared["nowhere"], "/v1/models", 503)):
+        get, head = httpx.get(url + path, timeout=10), httpx.head(url + path, timeout=10)
+        assert (head.status_code, head.content) == (status, b"") and get.status_code == status, (path, head)
+        assert head.headers["content-type"] == get.headers["content-type"], path
+        assert head.headers["content-length"] == get.headers["content-length"], path
+
+
 def test_every_refusal_is_an_openai_error_and_the_router_keeps_serving(shared):
     """JSON nested past the parser's recursion limit was a 500 with a traceback (and a dropped
     keep-alive connection); unknown routes and methods were FastAPI's {"detail": ...}."""
