@@ -1,7 +1,10 @@
 """kv_aware's view of each replica is that replica's pool, event by event: whatever the pools
 do (allocate, cache, hit, free, evict, reset), after every step the set of hashes the router
 holds for replica i equals the hashes replica i's pool caches, and routing picks the best score
-computed from the pools themselves, at the price per outstanding request the router has learnt."""
+computed from the pools themselves plus the blocks in flight, at the price per outstanding
+request the router has learnt. The model keeps its own record of what was sent where: per
+replica, each routing's blocks the pool did not cache, the newest `min(outstanding, MAX_NUM_SEQS)`
+routings as of each routing, a block leaving a record once its pool caches it (or is reset)."""
 from types import SimpleNamespace
 
 from hypothesis import strategies as st
@@ -11,17 +14,26 @@ from paged.core.block_pool import BlockPool
 from paged.core.routing import MAX_LOAD_TOKENS, KVAware
 
 NUM_BLOCKS = 4
+MAX_NUM_SEQS = 2
 HASHES = st.lists(st.integers(0, 11), min_size=1, max_size=4)
 
 
 class KVEventsMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
-        self.router = KVAware(2, block_size=1, load_tokens=2)
+        self.router = KVAware(2, block_size=1, load_tokens=2, max_num_seqs=MAX_NUM_SEQS)
         self.pools = [BlockPool(NUM_BLOCKS) for _ in range(2)]
         for i, pool in enumerate(self.pools):
             pool.events = self.router.replica_events(i)
         self.held = [[], []]  # blocks each pool has handed out and not freed
+        self.sent = [[], []]  # per replica, oldest first: each kept routing's blocks not cached yet
+
+    def forget_cached(self, r):
+        for blocks in self.sent[r]:
+            blocks.difference_update(self.pools[r].cached)
+
+    def in_flight(self, r) -> set:
+        return set().union(*self.sent[r])
 
     @rule(r=st.integers(0, 1), hashes=HASHES)
     def fill(self, r, hashes):
@@ -31,6 +43,7 @@ class KVEventsMachine(RuleBasedStateMachine):
             blocks = pool.allocate_n(len(hashes))
             self.held[r].extend(blocks)
             pool.cache(blocks, hashes)
+            self.forget_cached(r)
 
     @rule(r=st.integers(0, 1), hashes=HASHES)
     def hit(self, r, hashes):
@@ -49,23 +62,38 @@ class KVEventsMachine(RuleBasedStateMachine):
     def reset(self, r):
         if not self.held[r]:
             self.pools[r].reset_prefix_cache()
+            self.sent[r] = []
 
     @rule(hashes=HASHES, loads=st.tuples(st.integers(0, 3), st.integers(0, 3)))
     def route(self, hashes, loads):
         replicas = [SimpleNamespace(outstanding=o, kv_usage=0.0) for o in loads]
         price = min(self.router.load_tokens, MAX_LOAD_TOKENS)  # what an outstanding request costs now
         got = self.router.route_hashes(hashes, replicas)
+        for r, load in enumerate(loads):  # only the newest routings can still be in flight
+            keep = min(load, MAX_NUM_SEQS)
+            self.sent[r] = self.sent[r][-keep:] if keep else []
+
+        def run(i):
+            held = self.pools[i].cached.keys() | self.in_flight(i)
+            return next((k for k, h in enumerate(hashes) if h not in held), len(hashes))
 
         def score(i):
-            m = next((k for k, h in enumerate(hashes) if h not in self.pools[i].cached), len(hashes))
-            return (m - price * loads[i], -loads[i], -i)
+            return (run(i) - price * loads[i], -loads[i], -i)
 
-        assert got == max(range(2), key=score)
+        want = max(range(2), key=score)
+        assert got == want
+        self.sent[want].append({h for h in hashes if h not in self.pools[want].cached})
 
     @invariant()
     def view_equals_pool(self):
         for i, pool in enumerate(self.pools):
             assert self.router.views[i].hashes == set(pool.cached)
+
+    @invariant()
+    def in_flight_equals_what_was_sent_and_not_cached(self):
+        for i in range(2):
+            assert set(self.router.views[i].in_flight) == self.in_flight(i)
+            assert len(self.router.views[i].sent) <= MAX_NUM_SEQS + 1
 
 
 TestKVEvents = KVEventsMachine.TestCase

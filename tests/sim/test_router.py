@@ -85,6 +85,41 @@ def test_kv_aware_follows_what_replicas_report_not_what_it_sent():
     assert r.route(req([5, 6, 7]), replicas([0, 0])) == 0 and r.views[0].hashes == set()
 
 
+def test_kv_aware_counts_blocks_in_flight_at_the_replica_it_sent_them_to():
+    """A conversation's next turn that arrives before its replica has reported the last turn's
+    blocks stored goes to the same replica: the blocks sent there count as cached until the
+    replica reports them stored, for as many of its newest routings as it has outstanding."""
+    r = make_router("kv_aware", 2, block_size=16, hash_id_block_size=512)
+    turn1, turn2 = [5, 6, 7], [5, 6, 7, 8]  # 1,536 tokens, then 512 more
+    assert r.route(req(turn1), replicas([0, 0])) == 0
+    assert r.route(req(turn2), replicas([1, 0])) == 0  # 1,536 tokens in flight beat one request
+    assert make_router("kv_aware", 2).route(req(turn2), replicas([1, 0])) == 1  # no record: the lightest
+    r.replica_events(0).blocks_stored(id_block_hashes(turn1, 512, 16, 96))  # turn 1 prefilled
+    assert r.route(req(turn2 + [9]), replicas([1, 0])) == 0  # 96 blocks cached, 32 of turn 2's in flight
+    assert set(r.views[0].in_flight) == set(id_block_hashes(turn2 + [9], 512, 16, 160, 96))
+    # Both requests finished (none outstanding) without reporting turn 2's blocks: none in flight.
+    assert r.route(req([1, 2]), replicas([0, 1])) == 0 and len(r.views[0].in_flight) == 64
+
+
+def test_kv_aware_keeps_in_flight_only_the_newest_routings():
+    """A replica with k outstanding requests keeps the blocks of its k newest routings in flight
+    (a block sent again counts from its latest routing), and never more than a batch of them."""
+    r = make_router("kv_aware", 2, block_size=16, hash_id_block_size=512, max_num_seqs=2)
+    a, b, c, d = [1], [2], [3], [4]  # 32 blocks each, nothing shared
+
+    def in_flight(*prompts):
+        return {h for ids in prompts for h in id_block_hashes(ids, 512, 16, 32)}
+
+    for load, ids in enumerate((a, b, a)):  # replica 0 the lighter each time
+        assert r.route(req(ids), replicas([load, 9])) == 0
+    assert set(r.views[0].in_flight) == in_flight(a, b)
+    assert r.route(req(c), replicas([1, 9])) == 0  # one outstanding at 0: a's second routing, the newest
+    assert set(r.views[0].in_flight) == in_flight(a, c)
+    assert r.route(req(b), replicas([5, 9])) == 0
+    assert r.route(req(d), replicas([5, 9])) == 0  # five outstanding, but a batch is 2: c's and b's
+    assert set(r.views[0].in_flight) == in_flight(b, c, d) and len(r.views[0].sent) == 3
+
+
 def test_kv_aware_prices_a_request_at_the_prefill_it_brings():
     """An outstanding request costs about the uncached prompt of the requests routed (a running
     mean), not a fixed 1,024 tokens: where requests bring 256 new tokens each, a 1,024-token history
