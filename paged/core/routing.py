@@ -162,7 +162,9 @@ class ReplicaCacheView:
 
     def __init__(self) -> None:
         self.hashes: set = set()
-        self.in_flight: dict = {}
+        # ordered by routing, and expired from the front: an OrderedDict drops its first key in O(1), where
+        # a dict's next(iter()) walks past every key deleted before it (20k expiries of 200k: 0.22 s, not 8 ms)
+        self.in_flight: OrderedDict = OrderedDict()
         self.sent: deque[int] = deque()
 
     def blocks_stored(self, block_hashes) -> None:
@@ -210,8 +212,8 @@ class ReplicaCacheView:
         in_flight, cached = self.in_flight, self.hashes
         for h in block_hashes:
             if h not in cached:
-                in_flight.pop(h, None)  # re-inserted: the dict stays ordered by routing
                 in_flight[h] = routing
+                in_flight.move_to_end(h)  # sent again: the dict stays ordered by routing
 
 
 # kv_aware's price of an outstanding request before it has measured any, and its most.
