@@ -83,6 +83,7 @@ def fit_context(req: GenerateRequest, num_prompt_tokens: int, max_model_len: int
     except ValueError as e:  # min_tokens more than what is left
         raise APIError.bad_request(e) from None
 
+
 async def json_body(request: Request, limit: int) -> dict:
     """The body as a JSON object: its declared type checked, its size limited, its text valid."""
     check_content_type(request.headers.get("content-type"))
