@@ -19,6 +19,7 @@ from paged.workloads.workload import Workload
 
 from .clock import MAX_TRACE_SPAN_S, TICKS_PER_S, UrgentTimeout
 from .cost_model import CostModel
+from .kv_event_poll import PolledKVEvents
 from .recorder import RequestLog, TimeSeries
 from .replica import Replica
 
@@ -26,7 +27,7 @@ from .replica import Replica
 class Cluster:
     def __init__(self, env: simpy.Environment, workload: Workload, schedulers: list[BaseScheduler], cost: CostModel,
                  router, log: RequestLog, sample_interval_ticks: int, max_samples: int, fast_path: bool = True,
-                 progress=None, frontend_latency_ticks: int = 0) -> None:
+                 progress=None, frontend_latency_ticks: int = 0, kv_events_interval_ticks: int = 0) -> None:
         self.env = env
         self.workload = workload
         self.router = router
@@ -49,12 +50,18 @@ class Cluster:
         # Windows may run through arrivals that cannot change them, unless a router reads the
         # replicas' state at arrivals, or an SLO watch may stop the run at one.
         watched = len(schedulers) > 1 or log.watch is not None
-        self.replicas = [Replica(i, env, s, cost, log, TimeSeries(sample_interval_ticks, max_samples),
-                                 self.next_arrival, fast_path, watched) for i, s in enumerate(schedulers)]
         subscribe = getattr(router, "replica_events", None)  # a router that reads the replicas' KV events
+        poll_ticks = kv_events_interval_ticks if subscribe is not None else 0
+        self.replicas = [Replica(i, env, s, cost, log, TimeSeries(sample_interval_ticks, max_samples),
+                                 self.next_arrival, fast_path, watched, poll_ticks) for i, s in enumerate(schedulers)]
+        self._polled: list[PolledKVEvents] = []  # when it reads them every so often: delivered before routing
         if subscribe is not None:
             for r in self.replicas:
-                r.pool.events = subscribe(r.index)
+                view = subscribe(r.index)
+                if poll_ticks:
+                    view = PolledKVEvents(view, poll_ticks, lambda: env.now)
+                    self._polled.append(view)
+                r.pool.events = view
         env.process(self._arrivals())
 
     def next_arrival(self) -> int | None:
@@ -100,5 +107,7 @@ class Cluster:
                       prefix_hash_ids=w.prefix_ids(i) if w.prefix_index is not None else None,
                       hash_id_block_size=w.hash_id_block_size, hash_ids_cover_output=w.ids_cover_output, **extra)
         replicas = self.replicas
+        for view in self._polled:
+            view.deliver(t)
         r = replicas[0] if len(replicas) == 1 else replicas[self.router.route(self._prompt_ids(req), replicas)]
         r.add(req, t)

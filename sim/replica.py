@@ -38,7 +38,7 @@ from .window import envelope, first_reaching, span, step_duration, steps_within
 class Replica:
     def __init__(self, index: int, env: Environment, scheduler: BaseScheduler, cost: CostModel,
                  log: RequestLog, timeseries: TimeSeries, next_arrival: Callable[[], int | None],
-                 fast_path: bool = True, watched: bool = True) -> None:
+                 fast_path: bool = True, watched: bool = True, poll_ticks: int = 0) -> None:
         self.index = index
         self.env = env
         self.scheduler = scheduler
@@ -49,6 +49,10 @@ class Replica:
         # Whether anything reads this replica's state at an arrival (a router choosing among
         # replicas, an SLO watch that may stop the run there): then windows stop at arrivals.
         self.watched = watched
+        # A router reads this replica's KV events at every multiple of poll_ticks (sim.kv_event_poll),
+        # seeing those from before the read: windows end before the next read, so that every event a
+        # window emits at its end is seen at the read its step's own would be (0: no reads).
+        self.poll_ticks = poll_ticks
         self.fast_path = fast_path
         self.pool = scheduler.kv.pool
         self.block_size = scheduler.block_size
@@ -154,6 +158,8 @@ class Replica:
             n = k if nxt is None else first_reaching(segs, nxt - now, k)
             d = span(segs, n)
             budget = self.timeseries.next_tick - now
+            if self.poll_ticks:
+                budget = min(budget, (now // self.poll_ticks + 1) * self.poll_ticks - 1 - now)
             if d > budget:
                 n = steps_within(segs, budget, n)
                 d = span(segs, n)

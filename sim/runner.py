@@ -177,7 +177,7 @@ def simulate(workload: Workload, config: SimConfig | None = None, *, stop_on_mis
 
         progress = tqdm(total=len(workload), unit="req", desc="arrivals", mininterval=0.5)
     cluster = Cluster(env, workload, schedulers, cost, router, log, to_ticks(interval), max_samples, config.fast_path,
-                      progress, frontend_latency_ticks)
+                      progress, frontend_latency_ticks, to_ticks(config.kv_events_interval_s))
     try:
         with few_young_collections():
             env.run()

@@ -35,6 +35,10 @@ class SimConfig:
     # TTFT and E2E count from, as a client's clock does) and the moment the router and a replica's
     # scheduler see it; on a GPU it is ~ms, on a small CPU deployment a sizeable part of TTFT.
     frontend_latency_s: float = 0.0
+    # kv_aware: how often the router reads the replicas' KV events (`paged router --kv-events-interval-s`,
+    # 0.25 s there); it routes by what the last read showed (sim.kv_event_poll). 0: it sees each
+    # event as it happens, as a router on a low-latency event stream (llm-d's over ZMQ) would.
+    kv_events_interval_s: float = 0.0
     # the KV cache (num_gpu_blocks: None = what memory leaves; see sim.memory)
     block_size: int = 16
     kv_cache_dtype: str = "fp16"
@@ -88,6 +92,8 @@ class SimConfig:
         check(self.router in ROUTERS, "router", f"one of {list(ROUTERS)}")
         check(is_number(self.frontend_latency_s) and 0 <= self.frontend_latency_s <= MAX_STEP_OVERHEAD_S,
               "frontend_latency_s", f"seconds in [0, {MAX_STEP_OVERHEAD_S}]")
+        check(is_number(self.kv_events_interval_s) and 0 <= self.kv_events_interval_s <= MAX_STEP_OVERHEAD_S,
+              "kv_events_interval_s", f"seconds in [0, {MAX_STEP_OVERHEAD_S}]")
         check(self.num_gpu_blocks is None or (is_int(self.num_gpu_blocks) and self.num_gpu_blocks >= 1),
                 "num_gpu_blocks", "None or an integer >= 1")
         check(self.swap_space_gib >= 0, "swap_space_gib", ">= 0")

@@ -41,6 +41,9 @@ def add_sim_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--frontend-latency-s", type=float, default=d.frontend_latency_s,
                    help="each request's time outside the engines (HTTP, tokenization, the router's hop, the first "
                         "streamed chunk), between its arrival and when a replica's scheduler sees it")
+    g.add_argument("--kv-events-interval-s", type=float, default=d.kv_events_interval_s,
+                   help="kv_aware: how often the router reads the replicas' KV events (paged router's option of "
+                        "the same name, 0.25 s there); 0: it sees each event as it happens")
     g = p.add_argument_group("KV cache")
     g.add_argument("--block-size", type=int, default=d.block_size, help="tokens per KV block (a power of two)")
     g.add_argument("--kv-cache-dtype", default=d.kv_cache_dtype, choices=("fp16", "fp8", "int8", "int4"),

@@ -48,7 +48,8 @@ def sim_configs(draw) -> SimConfig:
     static = draw(st.integers(0, 5)) == 0
     return SimConfig(
         replicas=replicas,
-        router=draw(st.sampled_from(["round_robin", "least_outstanding", "least_kv", "prefix_aware"])),
+        router=draw(st.sampled_from(["round_robin", "least_outstanding", "least_kv", "prefix_aware", "kv_aware"])),
+        kv_events_interval_s=draw(st.sampled_from([0.0, 0.0, 0.001, 0.01, 0.05])),
         block_size=bs,
         # from "one request barely fits" to roomy: forces preemption
         num_gpu_blocks=draw(st.integers(-(-max_model_len // bs), 6 * max_model_len // bs)),
