@@ -560,17 +560,21 @@ def run(args: argparse.Namespace, setup: Setup) -> int:
     engine = LLMEngine(EngineConfig(model=MODEL, **engine_options(setup)))
     profile_path = args.profile or args.out / "profile.json"
     load: dict[str, float] = {}  # cores kept busy by other processes
+    phases: dict[str, float] = {}  # wall seconds of the parts that are not a router's replay
     if args.profile is None:
         with others_load(load, "profile"):
             profile_deployed(setup, profile_path)
+        phases["profile"] = time.perf_counter() - started
     before_profile = json.loads(Path(profile_path).read_text())
     profiled = replace(sim_config(engine, profile_path), replicas=REPLICAS)
     vocab = engine.model_config.vocab_size
     del engine  # its memory is the replicas' now
     calibration_load = shared_prefix_slice(setup, calibration=True)
     calibration_load = at_load(calibration_load, setup.load * saturation_throughput(calibration_load, profiled))
+    t = time.perf_counter()
     with others_load(load, "calibration"):
         calibration = calibrate(setup, calibration_load, profile_path, args.out, vocab)
+    phases["calibration"] = time.perf_counter() - t
     fit = fit_profile(profile_path)
     config = replace(profiled, cost_model=served_steps.served_cost_model(
         fit, calibration["forward_over_profile"], calibration["busy_gap_s"]))
@@ -610,8 +614,10 @@ def run(args: argparse.Namespace, setup: Setup) -> int:
             print(f"  {served_steps.describe(name, s)}", flush=True)
     after = None
     if remeasure:
+        t = time.perf_counter()
         with others_load(load, "profile_after"):
             after = profile_deployed(replace(setup, grid=DRIFT), args.out / "profile-after.json")
+        phases["profile_after"] = time.perf_counter() - t
     slower = drift(before_profile, after) if after is not None else {}
     table = goal_rows(routers)
     doc = {"routers": routers, "ranking": ranking_doc(routers),
@@ -620,6 +626,7 @@ def run(args: argparse.Namespace, setup: Setup) -> int:
                           "calibration": calibration,
                           "num_requests": len(workload), "offered_req_s": setup.load * capacity,
                           "capacity_req_s_predicted": capacity, "replay_wall_s": timings,
+                          "phase_wall_s": phases,
                           "profile_after_replay_over_before": slower, "other_processes_cores": load}}
     (args.out / f"{NAME}.json").write_text(json.dumps(doc, indent=1, default=float) + "\n")
     title = (f"Predicted vs measured: {len(workload)} Azure conv requests behind {setup.num_groups} system prompts, "
@@ -635,7 +642,8 @@ def run(args: argparse.Namespace, setup: Setup) -> int:
     for router, d in routers.items():
         print(drift_line(router, d["drift"], load.get(router)), flush=True)
     report(verdicts(table, routers, load), args.out, files)
-    print(f"total {time.perf_counter() - started:.0f} s")
+    parts = ", ".join(f"{k} {v:.0f} s" for k, v in (phases | timings).items())
+    print(f"total {time.perf_counter() - started:.0f} s ({parts})")
     return 0
 
 
