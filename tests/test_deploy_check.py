@@ -59,6 +59,9 @@ def test_deploy_check_quick(tmp_path):
     assert all(c > e > 0 for c, e in zip(router["probe_ttft_client_s"], router["probe_ttft_engine_s"], strict=True))
     assert 0 < router["frontend_latency_s"] < min(router["probe_ttft_client_s"])
     assert doc["conditions"]["profile_concurrent_engines"] == dc.REPLICAS
+    # where the run's time went: --quick re-measures no profile after the replays
+    phases = doc["conditions"]["phase_wall_s"]
+    assert set(phases) == {"profile", "calibration"} and all(v > 0 for v in phases.values())
     # the calibration load ran on the served engines, and the replay's steps were read back from both replicas
     calibration = doc["conditions"]["calibration"]
     assert calibration["forward_over_profile"] > 0 and calibration["busy_gap_s"] >= 0
