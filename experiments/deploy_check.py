@@ -88,6 +88,7 @@ from paged.engine.profile import FEATURES, ProfileGrid, profile, write_profile
 from paged.serve.bench_serve import first_model, summarize
 from paged.serve.prompts import PromptMaker
 from paged.serve.replay import replay
+from paged.serve.router import RouterConfig
 from paged.serve.scrape import Scrape
 from paged.serve.server_process import free_port
 from paged.workloads.workload import Workload
@@ -98,6 +99,9 @@ from sim.profiled import ProfileFit, fit_profile
 NAME = "deploy_check"
 MODEL = "smollm2-135m"
 ROUTERS = ("round_robin", "least_outstanding", "prefix_aware")
+# kv_aware (with --routers): `paged launch`'s router reads the replicas' KV events this often, and the
+# prediction's router reads them as often (`SimConfig.kv_events_interval_s`)
+KV_EVENTS_INTERVAL_S = RouterConfig([]).kv_events_interval_s
 REPLICAS = 2  # this machine has 2 cores: one engine thread each
 BLOCK_SIZE = 16  # the engines' KV block, and the tokens per prefix id in the simulator
 MIN_TOKEN_ID = 1000  # prompts' token ids start above the vocabulary's special tokens (as bench serve's)
@@ -416,6 +420,11 @@ def calibrate(setup: Setup, workload: Workload, profile_path: Path, out: Path, v
             "num_requests": len(workload), "served_steps": served}
 
 
+def routed_as_launched(router: str, frontend_latency_s: float) -> dict:
+    """The prediction's settings for a replay behind `router` as `paged launch` runs it."""
+    return {"router": router, "frontend_latency_s": frontend_latency_s, "kv_events_interval_s": KV_EVENTS_INTERVAL_S}
+
+
 def predict(workload: Workload, config: SimConfig, fit: ProfileFit, forward_over_profile: float, gap_s: float) -> dict:
     """The prediction, flat (`flat`): the mean over ENSEMBLE of the simulation with the profile's fit
     `fit` served at `forward_over_profile` times that step time, and `gap_s` between steps."""
@@ -589,7 +598,7 @@ def run(args: argparse.Namespace, setup: Setup) -> int:
         t = time.perf_counter()
         with launched(router, setup, log_dir) as (url, urls):
             frontend = probe_frontend(url, urls, workload, vocab)
-            routed = {"router": router, "frontend_latency_s": frontend["frontend_latency_s"]}
+            routed = routed_as_launched(router, frontend["frontend_latency_s"])
             predicted = predict(workload, replace(config, **routed), fit, calibration["forward_over_profile"],
                                 calibration["busy_gap_s"])
             profile_only = predict(workload, replace(profiled, **routed), fit, 1.0, 0.0)

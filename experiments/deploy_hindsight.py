@@ -6,8 +6,9 @@ the machine running off the calibration during that replay.
 
     python experiments/deploy_hindsight.py DIR
 
-DIR is the run's --out (deploy_check.json and profile.json). The run's own prediction is recomputed
-first from the calibration and must come out the same, so both rest on the same workload and config.
+DIR is the run's --out (deploy_check.json; the profile it names, or DIR/profile.json where that has
+moved with DIR). The run's own prediction is recomputed first from the calibration and must come out
+the same, so both rest on the same workload and config.
 """
 from __future__ import annotations
 
@@ -30,7 +31,8 @@ def hindsight(run: Path) -> dict[str, dict[str, float]]:
     """Per router, each judged metric's error (relative; absolute for the hit rate) when predicted
     with the replay's own step speed."""
     doc = json.loads((run / "deploy_check.json").read_text())
-    fit = fit_profile(run / "profile.json")
+    named = Path(doc["conditions"]["profile"])  # a run given --profile names a profile outside DIR
+    fit = fit_profile(named if named.is_file() else run / "profile.json")
     setup = replace(dc.FULL, **{k: v for k, v in doc["conditions"]["setup"].items() if k != "grid"})
     workload = at_load(dc.shared_prefix_slice(setup), doc["conditions"]["offered_req_s"])
     base = SimConfig(model=dc.MODEL, cost_model=served_steps.served_cost_model(fit, 1.0, 0.0),
@@ -40,7 +42,7 @@ def hindsight(run: Path) -> dict[str, dict[str, float]]:
     out = {}
     for router, d in doc["routers"].items():
         drift = d["drift"]
-        config = replace(base, router=router, frontend_latency_s=d["frontend_latency_s"])
+        config = replace(base, **dc.routed_as_launched(router, d["frontend_latency_s"]))
         again = dc.predict(workload, config, fit, drift["assumed_forward_over_profile"], drift["assumed_busy_gap_s"])
         if not np.isclose(again["ttft_s_mean"], d["metrics"]["ttft_s_mean"]["predicted"], rtol=1e-9):
             raise RuntimeError(f"{run}: {router}'s prediction recomputed to {again['ttft_s_mean']!r} s mean TTFT, the "
