@@ -22,6 +22,7 @@ from dataclasses import replace
 import pandas as pd
 from common import MOONCAKE, Verdict, outcome, parse_args, percent, report, write_csv, write_png
 
+from paged.serve.router import RouterConfig
 from paged.workloads.conversations import ConversationShape, conversation_workload
 from paged.workloads.prefix_reuse import pooled_lru_hit_rate
 from sim import SimConfig, get_model, load_workload, simulate
@@ -31,6 +32,9 @@ NAME = "cache_aware_routing"
 CONFIG = SimConfig(model="llama-3.1-8b", hardware="h100", replicas=4)
 HATCHES = ("", "//", "..", "xx", "\\\\")  # greyscale tells the routers' bars apart too
 ROUTERS = ("round_robin", "least_outstanding", "prefix_aware", "kv_aware")
+# kv_aware as `paged router` runs it: the replicas' KV events read every READS_S (0.25 s), not as they happen
+READS_S = RouterConfig([]).kv_events_interval_s
+POLLED = f"kv_aware (events read every {READS_S:g} s)"
 CHAT = ConversationShape(num_conversations=800, rate=1.0, mean_turns=6, think_time_s=30, system_prompt_tokens=512,
                          user_tokens=150, output_tokens=300, max_model_len=16384)
 AGENTIC = ConversationShape(num_conversations=300, rate=0.4, mean_turns=15, think_time_s=8,
@@ -50,7 +54,8 @@ def traces(quick: bool) -> dict:
 
 
 def run(workload, router: str, blocks: int) -> dict:
-    result = simulate(workload, CONFIG, router=router, num_gpu_blocks=blocks)
+    polled = {"router": "kv_aware", "kv_events_interval_s": READS_S}
+    result = simulate(workload, CONFIG, **(polled if router == POLLED else {"router": router}), num_gpu_blocks=blocks)
     s, req = result.summary(), result.requests
     return {"router": router, "hit_rate": req.prefix_hit_tokens.sum() / req.num_prompt_tokens.sum(),
             "ttft_s_p50": s["ttft_s"]["p50"], "ttft_s_p99": s["ttft_s"]["p99"], "tpot_s_p99": s["tpot_s"]["p99"],
@@ -61,7 +66,7 @@ def table(quick: bool) -> pd.DataFrame:
     rows = []
     for name, (w, blocks) in traces(quick).items():
         bound = pooled_lru_hit_rate(w, blocks * CONFIG.replicas, CONFIG.block_size)
-        for router in ROUTERS:
+        for router in (*ROUTERS, POLLED):
             rows.append({"trace": name, "num_requests": len(w), "cache_blocks_per_replica": blocks,
                          **run(w, router, blocks), "yardstick": bound})
     df = pd.DataFrame(rows)
@@ -72,10 +77,11 @@ def table(quick: bool) -> pd.DataFrame:
 def plot(df: pd.DataFrame):
     fig, axes = figure(1, 2)
     names = list(dict.fromkeys(df.trace))
-    width = 0.8 / len(ROUTERS)
-    for k, router in enumerate(ROUTERS):
+    routers = list(dict.fromkeys(df.router))
+    width = 0.8 / len(routers)
+    for k, router in enumerate(routers):
         d = df[df.router == router].set_index("trace").loc[names]
-        xs = [i + (k - (len(ROUTERS) - 1) / 2) * width for i in range(len(names))]
+        xs = [i + (k - (len(routers) - 1) / 2) * width for i in range(len(names))]
         style = {"color": look(k)["color"], "hatch": HATCHES[k % len(HATCHES)], "edgecolor": "white"}
         axes[0, 0].bar(xs, 100 * d.ratio, width, label=router, **style)
         axes[0, 1].bar(xs, d.ttft_s_p99, width, label=router, **style)
@@ -95,17 +101,23 @@ def plot(df: pd.DataFrame):
 
 def verdicts(df: pd.DataFrame) -> list[Verdict]:
     kv = df[df.router == "kv_aware"].set_index("trace")
+    polled = df[df.router == POLLED].set_index("trace")
     lo = df[df.router == "least_outstanding"].set_index("trace")
-    hit_ok = bool((kv.ratio >= 0.85).all())
-    ttft_ok = bool((kv.ttft_s_p99 <= lo.ttft_s_p99.loc[kv.index]).all())
+    hit_ok = bool((kv.ratio >= 0.85).all() and (polled.ratio >= 0.85).all())
+    ttft_ok = bool((kv.ttft_s_p99 <= lo.ttft_s_p99.loc[kv.index]).all()
+                   and (polled.ttft_s_p99 <= lo.ttft_s_p99.loc[polled.index]).all())
     evidence = "; ".join(f"{t}: {percent(r.ratio)} of {percent(r.yardstick)} (prefix_aware "
                          f"{percent(df[(df.trace == t) & (df.router == 'prefix_aware')].ratio.iloc[0])}), TTFT p99 "
                          f"{r.ttft_s_p99:.2f} s vs {lo.ttft_s_p99[t]:.2f} s least_outstanding"
                          for t, r in kv.iterrows())
-    headline = (f"kv_aware: at worst {percent(kv.ratio.min())} of the yardstick; TTFT p99 "
+    evidence += "; " + "; ".join(f"{t} with events read every {READS_S:g} s: "
+                                 f"{percent(r.ratio)}, TTFT p99 {r.ttft_s_p99:.2f} s" for t, r in polled.iterrows())
+    worst = min(kv.ratio.min(), polled.ratio.min())
+    headline = (f"kv_aware: at worst {percent(worst)} of the yardstick; TTFT p99 "
                 + ("no worse than" if ttft_ok else "worse than") + " least_outstanding on every trace")
     return [Verdict("kv_aware reaches 85% of the pooled-LRU yardstick on every trace, with TTFT p99 no worse "
-                    "than least_outstanding", outcome(hit_ok and ttft_ok, hit_ok or ttft_ok), headline, evidence)]
+                    "than least_outstanding, also reading the replicas' KV events late as the real router does",
+                    outcome(hit_ok and ttft_ok, hit_ok or ttft_ok), headline, evidence)]
 
 
 def main(argv: list[str] | None = None) -> int:

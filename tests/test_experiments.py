@@ -184,8 +184,8 @@ def test_cache_aware_routing(tmp_path):
     replicas' caches never catches less reuse than blind round robin on any trace."""
     table = run_quick("cache_aware_routing", tmp_path)
     assert {"trace", "router", "hit_rate", "yardstick", "ratio", "ttft_s_p50", "ttft_s_p99"} <= set(table.columns)
-    assert len(table) == 3 * 4 and set(table.router) == {"round_robin", "least_outstanding", "prefix_aware",
-                                                           "kv_aware"}
+    assert len(table) == 3 * 5 and set(table.router) == {"round_robin", "least_outstanding", "prefix_aware",
+                                                           "kv_aware", "kv_aware (events read every 0.25 s)"}
     assert np.allclose(table.ratio, table.hit_rate / table.yardstick)
     by = table.pivot(index="trace", columns="router", values="hit_rate")
     assert (by.kv_aware >= by.round_robin).all()
