@@ -260,7 +260,10 @@ class KVAware:
     160 of 400 requests to replica 0 and none to replica 7, and caught 66% of the pooled-LRU
     yardstick. A tie goes first to the replica with fewer blocks in flight (prefill sent and not
     done: the work a new request waits behind), then to the one routed to longest ago, so an idle
-    cluster takes new prefixes in turn and its caches fill evenly, as one pooled cache's would.
+    cluster takes new prefixes in turn and its caches fill evenly, as one pooled cache's would
+    (that setup: 50 requests on each replica, 114% of the yardstick; Mooncake on 4 H100s unstretched,
+    TTFT p99 1.79 s -> 1.23 s, least_outstanding 1.77 s; `experiments/cache_aware_routing.py`'s
+    Mooncake 95% -> 98%, TTFT p99 3.66 s -> 3.20 s).
 
     Interface for a real load balancer: call `replica_events(i).blocks_stored(hashes)` (and
     `blocks_removed`, `all_blocks_cleared`) as replica i's events arrive, with the hashes its
