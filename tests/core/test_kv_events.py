@@ -2,9 +2,11 @@
 do (allocate, cache, hit, free, evict, reset), after every step the set of hashes the router
 holds for replica i equals the hashes replica i's pool caches, and routing picks the best score
 computed from the pools themselves plus the blocks in flight, at the price per outstanding
-request the router has learnt. The model keeps its own record of what was sent where: per
+request the router has learnt; ties go to fewer outstanding, then fewer blocks in flight, then
+the replica routed to longest ago. The model keeps its own record of what was sent where: per
 replica, each routing's blocks the pool did not cache, the newest `min(outstanding, MAX_NUM_SEQS)`
-routings as of each routing, a block leaving a record once its pool caches it (or is reset)."""
+routings as of each routing, a block leaving a record once its pool caches it (or is reset), and
+the number of its latest routing."""
 from types import SimpleNamespace
 
 from hypothesis import strategies as st
@@ -27,6 +29,8 @@ class KVEventsMachine(RuleBasedStateMachine):
             pool.events = self.router.replica_events(i)
         self.held = [[], []]  # blocks each pool has handed out and not freed
         self.sent = [[], []]  # per replica, oldest first: each kept routing's blocks not cached yet
+        self.last = [-1, -1]  # per replica, the number of its latest routing
+        self.num_routed = 0
 
     def forget_cached(self, r):
         for blocks in self.sent[r]:
@@ -78,11 +82,13 @@ class KVEventsMachine(RuleBasedStateMachine):
             return next((k for k, h in enumerate(hashes) if h not in held), len(hashes))
 
         def score(i):
-            return (run(i) - price * loads[i], -loads[i], -i)
+            return (run(i) - price * loads[i], -loads[i], -len(self.in_flight(i)), -self.last[i], -i)
 
         want = max(range(2), key=score)
         assert got == want
         self.sent[want].append({h for h in hashes if h not in self.pools[want].cached})
+        self.last[want] = self.num_routed
+        self.num_routed += 1
 
     @invariant()
     def view_equals_pool(self):

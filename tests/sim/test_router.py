@@ -120,6 +120,20 @@ def test_kv_aware_keeps_in_flight_only_the_newest_routings():
     assert set(r.views[0].in_flight) == in_flight(b, c, d) and len(r.views[0].sent) == 3
 
 
+def test_kv_aware_spreads_ties():
+    """At equal score and load a request goes to the replica with fewer blocks in flight, then to the one
+    routed to longest ago: an idle cluster takes new prefixes in turn, where the lowest index took them all
+    (one replica's cache churned while the others' stayed empty). Prompts without ids tie the same way."""
+    r = make_router("kv_aware", 3, block_size=16, hash_id_block_size=512)
+    assert [r.route(req([k]), replicas([0, 0, 0])) for k in range(4)] == [0, 1, 2, 0]
+    assert [r.route(req(), replicas([0, 0, 0])) for _ in range(3)] == [1, 2, 0]
+    r = make_router("kv_aware", 2, block_size=16, hash_id_block_size=512)
+    assert r.route(req([1, 2]), replicas([0, 0])) == 0  # 64 blocks in flight at 0
+    assert r.route(req([3]), replicas([1, 0])) == 1  # 32 at 1
+    assert r.route(req([4]), replicas([1, 1])) == 1  # the less prefill in flight, though routed to last
+    assert r.route(req([5]), replicas([0, 0])) == 0  # none outstanding, none in flight: routed to longest ago
+
+
 def test_kv_aware_prices_a_request_at_the_prefill_it_brings():
     """An outstanding request costs about the uncached prompt of the requests routed (a running
     mean), not a fixed 1,024 tokens: where requests bring 256 new tokens each, a 1,024-token history
