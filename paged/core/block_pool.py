@@ -130,17 +130,12 @@ class BlockPool:
             blocks += self._evict(n - k)
         return blocks
 
-    def allocate_plain(self, n: int) -> list[Block] | None:
-        """n blocks as n `allocate` calls would hand them out, if the plain stack holds n (no
-        eviction among them); else None, changing nothing."""
-        return self._pop_plain(n) if n <= len(self._plain) - self.num_lent else None
-
     def _num_plain_for(self, n: int, caller: str) -> int:
         """How many of n blocks come off the plain stack (the rest are evicted); raises if fewer than n are free."""
         plain = len(self._plain) - self.num_lent
         if n > plain + len(self._lru):
             raise RuntimeError(f"{caller}({n}) with only {self.num_free_blocks} free blocks")
-        return min(n, plain)
+        return n if n < plain else plain
 
     def lend(self, n: int) -> None:
         """Lend n blocks by count (see the module's docstring), evicting as `allocate_n` would."""

@@ -119,7 +119,9 @@ class DecodeBatch:
         if n == 0:
             return k_max
         bs, c = self.block_size, self.clock % self.block_size
-        cycles = min(k_max // bs, num_free_blocks // n)  # each whole cycle of bs steps needs n blocks
+        cycles = k_max // bs
+        if num_free_blocks // n < cycles:  # each whole cycle of bs steps needs n blocks
+            cycles = num_free_blocks // n
         k, free = cycles * bs, num_free_blocks - cycles * n
         if free >= n:  # a whole cycle more fits, and k_max - k < bs steps are left (the usual case)
             return k_max

@@ -169,7 +169,9 @@ class Scheduler(BaseScheduler):
     def _num_seqs_reserved(self) -> int:
         """Running sequences, counting the children that running parents will fork into."""
         n = len(self.decode.members)
-        return n + sum(self._seqs_of(r) for r in self.prefilling) if self.prefilling else n
+        for r in self.prefilling:
+            n += self._seqs_of(r)
+        return n
 
     def _next_queued(self) -> Request | None:
         """The better of the swapped head and the waiting head, by the policy's order."""
@@ -205,8 +207,11 @@ class Scheduler(BaseScheduler):
         kv = self.kv
         hits, num_hit = kv.get_computed_blocks(req)
         num_tokens = req.num_tokens
-        n_new = num_tokens - num_hit
-        n = min(n_new, budget, threshold)
+        n = n_new = num_tokens - num_hit
+        if n > budget:  # min(n_new, budget, threshold), without a call: every admission asks
+            n = budget
+        if n > threshold:
+            n = threshold
         if n < n_new and not self.config.enable_chunked_prefill:
             return "budget", 0
         reserve = self._watermark_blocks if self.decode.members or self.prefilling else 0
