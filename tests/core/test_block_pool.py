@@ -19,25 +19,20 @@ class BlockPoolMachine(RuleBasedStateMachine):
         self.lent: list[int] = []  # holders of blocks lent by count: how many each holds
         self.taken = self.given_back = 0  # blocks taken off the free lists / given back to them
 
-    @rule(n=st.integers(1, 4))
-    def allocate(self, n):
+    @rule(n=st.integers(1, 4), by_count=st.booleans())
+    def allocate(self, n, by_count):
+        """n named blocks (`allocate_n`), or n lent by count (`lend`, a length-only request's)."""
+        take = self.pool.lend if by_count else self.pool.allocate_n
         if n > self.pool.num_free_blocks:
             with pytest.raises(RuntimeError):
-                self.pool.allocate_n(n)
+                take(n)
             return
-        blocks = self.pool.allocate_n(n)
-        assert all(b.ref_cnt == 1 and b.block_hash is None for b in blocks)
-        self.holders.append(blocks)
-        self.taken += n
-
-    @rule(n=st.integers(1, 4))
-    def lend(self, n):
-        if n > self.pool.num_free_blocks:
-            with pytest.raises(RuntimeError):
-                self.pool.lend(n)
-            return
-        self.pool.lend(n)
-        self.lent.append(n)
+        blocks = take(n)
+        if by_count:
+            self.lent.append(n)
+        else:
+            assert all(b.ref_cnt == 1 and b.block_hash is None for b in blocks)
+            self.holders.append(blocks)
         self.taken += n
 
     @rule(n=st.integers(1, 4))
