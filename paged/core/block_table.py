@@ -75,8 +75,7 @@ class BlockCount:
 
     __slots__ = ("num_blocks", "block_size")
 
-    blocks = ()  # no particular blocks
-    num_cached_blocks = 0  # never cached
+    blocks = ()  # no named blocks: a walk over every table's blocks (a reference-count audit) sees none
 
     def __init__(self, block_size: int) -> None:
         self.block_size = block_size
