@@ -62,7 +62,8 @@ class RequestLog:
         self._rows.append((int(req.request_id), max_itl_s, arrival,
                            nan if first_scheduled is None else first_scheduled,
                            nan if first_token is None else first_token, nan if finished is None else finished,
-                           last, req.num_output_tokens, req.num_preemptions, max(req.num_cached_tokens, 0),
+                           last, req.num_output_tokens, req.num_preemptions,
+                           req.num_cached_tokens if req.num_cached_tokens > 0 else 0,
                            int(req.status), replica))
         if len(self._rows) >= _CHUNK:
             self.flush()

@@ -210,7 +210,8 @@ class Replica:
                 self._record_token_times(list(accumulate(durations, initial=now - sum(durations)))[1:])
             add_window_to_histogram(self.itl_hist, lines, n, tokens)
             # the envelope of lines is convex in the step: its longest step is the first or the last
-            self.longest_step.add(now, max(step_duration(lines, 0), step_duration(lines, n - 1)))
+            first, last = step_duration(lines, 0), step_duration(lines, n - 1)
+            self.longest_step.add(now, first if first > last else last)
         else:
             out, self._out = self._out, None
             # Tokens sampled outside the decode batch by requests that had tokens before (back
@@ -243,7 +244,7 @@ class Replica:
                 last = sched.last_token_time(req)
                 if req.num_output_tokens > 1:
                     since = self.longest_step.since(to_ticks(req.first_token_time))
-                    record(req, index, last, max(since, stall) / TICKS_PER_S)
+                    record(req, index, last, (since if since > stall else stall) / TICKS_PER_S)
                 else:
                     record(req, index, last)
             self.outstanding -= len(finished)

@@ -82,6 +82,10 @@ def steps_within(segs: list[tuple[int, int, int]], budget: int, k: int) -> int:
 
 
 def step_duration(lines: list[tuple[int, int]], j: int) -> int:
-    if len(lines) == 1:
-        return lines[0][0] + lines[0][1] * j
-    return max(a + b * j for a, b in lines)
+    """max(a + b*j) over the lines, in a plain loop (a generator under max() costs more than the lines)."""
+    best = None
+    for a, b in lines:
+        d = a + b * j
+        if best is None or d > best:
+            best = d
+    return best

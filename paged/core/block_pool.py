@@ -9,6 +9,14 @@ block out of the middle in O(1) and eviction pops the front. Neither allocates p
 Callers free a request's blocks tail first, so the end of a prefix is evicted before its
 start and the shared start survives longest.
 
+Blocks lent by count (`lend`): a request whose blocks nobody can ever share or cache (a
+length-only trace row, one sequence) needs no particular blocks, only as many as it holds.
+The pool lends it plain blocks as a number: `num_lent` of the blocks on the plain stack are
+taken, which ones unsaid, so a lending costs O(1) whatever its size. Plain blocks are
+interchangeable (no hash, no holder), so this hands out, evicts and frees exactly as lending
+particular blocks would; `materialize` turns lent blocks into particular ones when a driver
+needs their ids.
+
 KV events (opt-in): a pool given an `events` sink tells it which hashes became cached and which
 were evicted, as vLLM's KV events (BlockStored / BlockRemoved / AllBlocksCleared) tell llm-d's
 router. Without a sink (the default) the pool pays one attribute test per call.
@@ -52,6 +60,7 @@ class BlockPool:
         self._plain: list[Block] = self.blocks[::-1]  # free, no hash: popped from the end (block 0 first)
         self._lru: OrderedDict[int, Block] = OrderedDict()  # free, cached: the front is evicted first
         self.cached: dict[object, Block] = {}
+        self.num_lent = 0  # blocks of the plain stack lent by count: not free
         self.num_evictions = 0
         # Blocks taken off the free lists (handed out, or revived by a cache hit); every one taken
         # is either in use now or was given back, so the frees need no counter of their own.
@@ -65,12 +74,12 @@ class BlockPool:
 
     @property
     def num_free_blocks(self) -> int:
-        return len(self._plain) + len(self._lru)
+        return len(self._plain) - self.num_lent + len(self._lru)
 
     @property
     def num_plain_free_blocks(self) -> int:
         """Free blocks that hold nothing reusable: handed out before any cached block is evicted."""
-        return len(self._plain)
+        return len(self._plain) - self.num_lent
 
     @property
     def num_used_blocks(self) -> int:
@@ -81,6 +90,7 @@ class BlockPool:
         return self.num_used_blocks / self.num_blocks
 
     def free_block_ids(self) -> set[int]:
+        """Ids of the blocks no particular holder holds (with blocks lent by count, more than are free)."""
         return {b.block_id for b in self._plain} | set(self._lru)
 
     def shuffle_free_blocks(self, rng: random.Random) -> None:
@@ -106,7 +116,7 @@ class BlockPool:
         """Hand out one block, evicting its old hash; None when none is free (one call, not a
         check and a call: the decode hot path asks this once per block boundary)."""
         plain = self._plain
-        if plain:
+        if len(plain) > self.num_lent:
             b = plain.pop()
             b.ref_cnt = 1
             self.num_allocations += 1
@@ -114,19 +124,52 @@ class BlockPool:
         return self._evict(1)[0] if self._lru else None
 
     def allocate_n(self, n: int) -> list[Block]:
-        plain = self._plain
-        if n > len(plain) + len(self._lru):
-            raise RuntimeError(f"allocate_n({n}) with only {self.num_free_blocks} free blocks")
-        k = min(n, len(plain))
+        k = self._num_plain_for(n, "allocate_n")
         blocks = self._pop_plain(k)
         if k < n:
             blocks += self._evict(n - k)
         return blocks
 
-    def allocate_plain(self, n: int) -> list[Block] | None:
-        """n blocks as n `allocate` calls would hand them out, if the plain stack holds n (no
-        eviction among them); else None, changing nothing."""
-        return self._pop_plain(n) if n <= len(self._plain) else None
+    def _num_plain_for(self, n: int, caller: str) -> int:
+        """How many of n blocks come off the plain stack (the rest are evicted); raises if fewer than n are free."""
+        plain = len(self._plain) - self.num_lent
+        if n > plain + len(self._lru):
+            raise RuntimeError(f"{caller}({n}) with only {self.num_free_blocks} free blocks")
+        return n if n < plain else plain
+
+    def lend(self, n: int) -> None:
+        """Lend n blocks by count (see the module's docstring), evicting as `allocate_n` would."""
+        k = self._num_plain_for(n, "lend")
+        if k < n:  # evicted blocks lose their hash: plain blocks, lent like the others
+            evicted = self._evict(n - k)
+            for b in evicted:
+                b.ref_cnt = 0
+            self._plain.extend(evicted)
+        self.num_lent += n
+        self.num_allocations += k
+
+    def lend_plain(self, n: int) -> bool:
+        """`lend` if the plain stack covers n (no eviction); else False, changing nothing."""
+        if n > len(self._plain) - self.num_lent:
+            return False
+        self.num_lent += n
+        self.num_allocations += n
+        return True
+
+    def give_back(self, n: int) -> None:
+        """Return n blocks lent by count."""
+        if n > self.num_lent:
+            raise RuntimeError(f"give_back({n}) with only {self.num_lent} blocks lent")
+        self.num_lent -= n
+
+    def materialize(self, n: int) -> list[Block]:
+        """n blocks lent by count as particular blocks, each with one reference, for a holder
+        whose ids a driver needs: still lent to the same holder, now by name."""
+        if n > self.num_lent:
+            raise RuntimeError(f"materialize({n}) with only {self.num_lent} blocks lent")
+        self.num_lent -= n
+        self.num_allocations -= n  # _pop_plain counts them again
+        return self._pop_plain(n)
 
     def _pop_plain(self, k: int) -> list[Block]:
         plain = self._plain
@@ -171,13 +214,6 @@ class BlockPool:
                     plain.append(b)
                 else:
                     lru[b.block_id] = b
-
-    def free_unshared(self, blocks: list[Block]) -> None:
-        """`free` for blocks that only their one holder ever held and that were never cached
-        (a length-only request's): straight back on the plain stack, in the order given."""
-        for b in blocks:
-            b.ref_cnt = 0
-        self._plain.extend(blocks)
 
     def cache(self, blocks, block_hashes) -> None:
         """Register full blocks under their hashes (pairwise); the first block to claim a hash

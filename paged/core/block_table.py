@@ -64,3 +64,26 @@ class BlockTable:
             raise IndexError(f"slot range [{start}, {end}) outside the block table ({self.num_slots} slots)")
         bs, ids = self.block_size, self.block_ids
         return [ids[t // bs] * bs + t % bs for t in range(start, end)]
+
+
+class BlockCount:
+    """The table of a request whose blocks nobody can share or cache (no content to hash, one
+    sequence): only how many blocks it holds, lent by count (`BlockPool.lend`), so that its
+    allocations and its free cost O(1) however long its prompt. The simulator's length-only
+    requests live here; `KVCacheManager.block_table` turns one into a `BlockTable` when a
+    driver asks for ids."""
+
+    __slots__ = ("num_blocks", "block_size")
+
+    blocks = ()  # no named blocks: a walk over every table's blocks (a reference-count audit) sees none
+
+    def __init__(self, block_size: int) -> None:
+        self.block_size = block_size
+        self.num_blocks = 0
+
+    def __len__(self) -> int:
+        return self.num_blocks
+
+    @property
+    def num_slots(self) -> int:
+        return self.num_blocks * self.block_size

@@ -119,8 +119,12 @@ class DecodeBatch:
         if n == 0:
             return k_max
         bs, c = self.block_size, self.clock % self.block_size
-        cycles = min(k_max // bs, num_free_blocks // n)  # each whole cycle of bs steps needs n blocks
+        cycles = k_max // bs
+        if num_free_blocks // n < cycles:  # each whole cycle of bs steps needs n blocks
+            cycles = num_free_blocks // n
         k, free = cycles * bs, num_free_blocks - cycles * n
+        if free >= n:  # a whole cycle more fits, and k_max - k < bs steps are left (the usual case)
+            return k_max
         # Then the steps of the next cycle while their blocks fit: the number of its running totals
         # (never decreasing) within what is left.
         totals = list(accumulate(self._bucket_sizes[c:] + self._bucket_sizes[:c]))

@@ -6,6 +6,11 @@ over-committing, prefix-cache hits, freeing, fork with copy-on-write, and swap t
 Copies and swaps are not performed here: they are returned for the driver, which owns the
 memory and applies a step's moves in this order: swap out, swap in, copies, then the forward.
 
+A request whose blocks nobody can share or cache (no content to hash, one sequence: the
+simulator's length-only rows) holds them by count (`BlockCount`, blocks lent by the pool as a
+number): O(1) per allocation and per free, however many blocks. Its ids exist only once a driver
+asks for its table (`block_table`, or a swap-out, whose mapping names blocks).
+
 Within one scheduling step a block freed by one decision may be handed out by the next, so a
 block whose content the driver still has to read stays reserved until `end_step`: the source
 of a copy-on-write, and host blocks being swapped in. A request preempted in the step that
@@ -15,7 +20,7 @@ reads a copy that has not been made.
 from __future__ import annotations
 
 from .block_pool import Block, BlockPool
-from .block_table import BlockTable
+from .block_table import BlockCount, BlockTable
 from .config import CacheConfig
 from .hashing import extend_block_hashes
 from .request import Request
@@ -28,7 +33,7 @@ class KVCacheManager:
         self.enable_caching = config.enable_prefix_caching
         self.pool = BlockPool(config.num_gpu_blocks, config.enable_prefix_caching)
         self.cpu_pool = BlockPool(config.num_cpu_blocks, enable_caching=False) if config.num_cpu_blocks else None
-        self.tables: dict[str, BlockTable] = {}
+        self.tables: dict[str, BlockTable | BlockCount] = {}
         self.cpu_tables: dict[str, list[Block]] = {}
         self._cow: list[tuple[str, int, Block, Block]] = []  # (request id, index, source, copy) this step
         self._pins: dict[int, int] = {}  # source block id -> references held for copies in flight
@@ -103,9 +108,16 @@ class KVCacheManager:
         short = from_free + reserve - pool.num_free_blocks
         if short > 0:
             return short
-        if table is None:
-            table = self.tables[rid] = BlockTable(self.block_size)
         bs = self.block_size
+        if table is None:
+            table = self.tables[rid] = (BlockCount(bs) if not request.has_content and request.sampling_params.n == 1
+                                        else BlockTable(bs))
+        if table.__class__ is BlockCount:
+            if num_new_blocks:
+                pool.lend(num_new_blocks)
+                table.num_blocks += num_new_blocks
+                self.num_table_slots += num_new_blocks * bs
+            return 0
         if computed_blocks:
             pool.touch(computed_blocks)
             table.extend(computed_blocks)
@@ -137,8 +149,8 @@ class KVCacheManager:
         if table is None:
             have, cow = len(computed_blocks), False
         else:
-            have = len(table.blocks) + len(computed_blocks)
-            if start % bs:
+            have = len(table) + len(computed_blocks)
+            if start % bs and table.__class__ is BlockTable:
                 b = table.blocks[start // bs]
                 cow = b.ref_cnt - self._pins.get(b.block_id, 0) > 1
             else:
@@ -154,14 +166,23 @@ class KVCacheManager:
     def num_exclusive_blocks(self, request: Request) -> int:
         """Device blocks only this request holds: what preempting it frees."""
         table = self.tables.get(request.request_id)
-        return sum(b.ref_cnt == 1 for b in table.blocks) if table is not None else 0
+        if table is None:
+            return 0
+        return sum(b.ref_cnt == 1 for b in table.blocks) if table.__class__ is BlockTable else table.num_blocks
 
     def append_block(self, request: Request) -> bool:
         """One more block for a decoding request crossing into a new block (the hot path)."""
-        block = self.pool.allocate()
-        if block is None:
-            return False
-        self.tables[request.request_id].append(block)
+        table = self.tables[request.request_id]
+        if table.__class__ is BlockCount:
+            if not self.pool.num_free_blocks:
+                return False
+            self.pool.lend(1)
+            table.num_blocks += 1
+        else:
+            block = self.pool.allocate()
+            if block is None:
+                return False
+            table.append(block)
         self.num_table_slots += self.block_size
         return True
 
@@ -169,13 +190,20 @@ class KVCacheManager:
         """`append_block` for each of `requests` in turn, in one go; False, changing nothing, when
         the plain free blocks do not cover them all (an eviction, or an empty pool, is then met
         one block at a time by the caller)."""
-        blocks = self.pool.allocate_plain(len(requests))
-        if blocks is None:
+        pool, tables, n = self.pool, self.tables, len(requests)
+        if not pool.lend_plain(n):
             return False
-        tables = self.tables
-        for req, block in zip(requests, blocks):
-            tables[req.request_id].blocks.append(block)
-        self.num_table_slots += len(blocks) * self.block_size
+        owned = []  # tables that hold particular blocks: theirs come off the lent ones
+        for req in requests:
+            table = tables[req.request_id]
+            if table.__class__ is BlockCount:
+                table.num_blocks += 1
+            else:
+                owned.append(table)
+        if owned:
+            for table, block in zip(owned, pool.materialize(len(owned))):
+                table.blocks.append(block)
+        self.num_table_slots += n * self.block_size
         return True
 
     def undo_copy_on_write(self, request: Request) -> None:
@@ -200,19 +228,22 @@ class KVCacheManager:
         table = self.tables.get(request.request_id)
         keep = -(-num_tokens // self.block_size)
         if table is not None and len(table) > keep:
-            extra = table.truncate(keep)
-            self.num_table_slots -= len(extra) * self.block_size
-            self.pool.free(reversed(extra))
+            self.num_table_slots -= (len(table) - keep) * self.block_size
+            if table.__class__ is BlockCount:
+                self.pool.give_back(table.num_blocks - keep)
+                table.num_blocks = keep
+            else:
+                self.pool.free(reversed(table.truncate(keep)))
 
     def free(self, request: Request) -> None:
         """Release the request's device blocks, tail first (the end of a prefix evicts first)."""
         table = self.tables.pop(request.request_id, None)
         if table is not None:
             self.num_table_slots -= table.num_slots
-            if request.has_content or request.sampling_params.n > 1:
+            if table.__class__ is BlockCount:
+                self.pool.give_back(table.num_blocks)
+            else:
                 self.pool.free(reversed(table.blocks))
-            else:  # no cache hit or fork can have shared them: no reference counting to do
-                self.pool.free_unshared(table.blocks[::-1])
         cpu = self.cpu_tables.pop(request.request_id, None)
         if cpu is not None:
             self.cpu_pool.free(reversed(cpu))
@@ -232,7 +263,8 @@ class KVCacheManager:
         """Whether the request's next token would be written into a block someone else holds."""
         table = self.tables.get(request.request_id)
         pos = request.num_computed_tokens
-        return bool(table) and pos % self.block_size != 0 and table.blocks[pos // self.block_size].ref_cnt > 1
+        return (bool(table) and pos % self.block_size != 0 and table.__class__ is BlockTable
+                and table.blocks[pos // self.block_size].ref_cnt > 1)
 
     # -- swap ---------------------------------------------------------------------------------
     def swap_out(self, request: Request) -> list[tuple[int, int]] | None:
@@ -241,6 +273,7 @@ class KVCacheManager:
         cpu_pool = self.cpu_pool
         if table is None or cpu_pool is None or cpu_pool.num_free_blocks < len(table):
             return None
+        table = self.block_table(request)  # the mapping names the blocks
         cpu_blocks = cpu_pool.allocate_n(len(table))
         mapping = [(g.block_id, c.block_id) for g, c in zip(table.blocks, cpu_blocks, strict=True)]
         self.free(request)
@@ -265,13 +298,18 @@ class KVCacheManager:
 
     # -- page table ---------------------------------------------------------------------------
     def block_table(self, request: Request) -> BlockTable:
-        return self.tables[request.request_id]
+        """The request's table with its block ids; a table held by count gets its blocks named now."""
+        rid = request.request_id
+        table = self.tables[rid]
+        if table.__class__ is BlockCount:
+            table = self.tables[rid] = BlockTable(self.block_size, self.pool.materialize(table.num_blocks))
+        return table
 
     def lookup(self, request: Request, token_idx: int) -> tuple[int, int]:
-        return self.tables[request.request_id].lookup(token_idx)
+        return self.block_table(request).lookup(token_idx)
 
     def slot_mapping(self, request: Request, start: int, end: int) -> list[int]:
-        return self.tables[request.request_id].slot_mapping(start, end)
+        return self.block_table(request).slot_mapping(start, end)
 
     def end_step(self) -> list[tuple[int, int]]:
         """The step's block copies (source, destination), for the driver; the blocks it still had
@@ -291,4 +329,5 @@ class KVCacheManager:
     def reset_prefix_cache(self) -> None:
         self.pool.reset_prefix_cache()
         for table in self.tables.values():
-            table.num_cached_blocks = 0
+            if table.__class__ is BlockTable:
+                table.num_cached_blocks = 0

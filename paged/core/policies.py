@@ -30,6 +30,7 @@ class Policy:
         raise NotImplementedError
 
     def victim_key(self, request: Request) -> tuple:
+        """Fixed for as long as the request runs: the scheduler relies on it (`_pick_victim`)."""
         return self.key(request)
 
     def order(self, requests: list[Request], kv=None) -> list[Request]:

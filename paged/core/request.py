@@ -179,10 +179,10 @@ class Request:
         self.sampling_params = sampling_params
         # The tokens that end this request: the user's stop ids, and EOS (some models have
         # several) unless ignore_eos.
-        stops = set(sampling_params.stop_token_ids)
+        stops = frozenset(sampling_params.stop_token_ids)
         if eos_token_id is not None and not sampling_params.ignore_eos:
-            stops.update((eos_token_id,) if isinstance(eos_token_id, int) else eos_token_id)
-        self.stop_token_ids = frozenset(stops)
+            stops = stops.union((eos_token_id,) if isinstance(eos_token_id, int) else eos_token_id)
+        self.stop_token_ids = stops
         self.arrival_time = arrival_time
         self.priority = priority
         self.business_value = business_value
@@ -191,7 +191,7 @@ class Request:
         self.extra_keys = extra_keys
         # Output limit after max_model_len and cache capacity are applied (set on admission).
         self.max_output_tokens = sampling_params.max_tokens
-        self.status = RequestStatus.WAITING
+        self.status = WAITING
         self.stop_reason: str | None = None
         # Real sampled tokens (engine); the simulator only counts them.
         self.output_token_ids: list[int] = []

@@ -1,7 +1,8 @@
 """The queue of requests waiting to be admitted (or swapped in), in the policy's order.
 
-With a static-order policy it is a heap of (key, arrival counter, request): the counter breaks
-ties, so a policy's keys may tie. A request that leaves early (abort) is skipped lazily. With a
+With a static-order policy it is a heap of (*key, arrival counter, request), the key spread out
+(one tuple comparison per step down the heap, not two; a policy's keys all have one length): the
+counter breaks ties, so a policy's keys may tie. A request that leaves early (abort) is skipped lazily. With a
 dynamic policy (longest prefix match) the order is computed once per scheduling step, when the
 head is first asked for: the cache changes between steps, not while one step admits.
 """
@@ -19,7 +20,7 @@ class RequestQueue:
         self.policy = policy
         self.status = status  # the status a live member has (WAITING or SWAPPED)
         self.kv = kv
-        self._heap: list[tuple[tuple, int, Request]] = []
+        self._heap: list[tuple] = []
         self._counter = itertools.count()
         self._items: list[Request] = []  # dynamic order: the head last
         self._stale = False
@@ -35,7 +36,7 @@ class RequestQueue:
         req.status = self.status
         self._len += 1
         if self.policy.static_order:
-            heapq.heappush(self._heap, (self.policy.key(req), next(self._counter), req))
+            heapq.heappush(self._heap, (*self.policy.key(req), next(self._counter), req))
         else:
             self._items.append(req)
             self._stale = True
@@ -47,9 +48,9 @@ class RequestQueue:
     def peek(self) -> Request | None:
         if self.policy.static_order:
             heap = self._heap
-            while heap and heap[0][2].status != self.status:
+            while heap and heap[0][-1].status != self.status:
                 heapq.heappop(heap)
-            return heap[0][2] if heap else None
+            return heap[0][-1] if heap else None
         items = self._items
         if self._stale:
             live = [r for r in items if r.status == self.status]
@@ -63,7 +64,7 @@ class RequestQueue:
         """Remove the head returned by the last `peek`."""
         self._len -= 1
         if self.policy.static_order:
-            return heapq.heappop(self._heap)[2]
+            return heapq.heappop(self._heap)[-1]
         return self._items.pop()
 
     def discard(self, req: Request) -> None:
@@ -74,9 +75,9 @@ class RequestQueue:
         self._len -= 1
         heap = self._heap
         if len(heap) > 2 * self._len:
-            heap[:] = [e for e in heap if e[2].status == self.status and e[2] is not req]
+            heap[:] = [e for e in heap if e[-1].status == self.status and e[-1] is not req]
             heapq.heapify(heap)
 
     def __iter__(self):
-        src = (r for _, _, r in self._heap) if self.policy.static_order else iter(self._items)
+        src = (e[-1] for e in self._heap) if self.policy.static_order else iter(self._items)
         return (r for r in src if r.status == self.status)

@@ -40,6 +40,10 @@ class Scheduler(BaseScheduler):
                              or cfg.max_num_batched_tokens)
         self._now = 0.0  # the time of the step being scheduled
         self._watermark_blocks = cache_config.watermark_blocks  # kept free at admission while anything runs
+        # Requests that joined the running set, ever, and the last (request, that count) for which
+        # no running request ranked below the request: while nobody joins, nobody can (see _pick_victim).
+        self._num_started = 0
+        self._no_victim_below: tuple[Request, int] | None = None
 
     @property
     def num_running(self) -> int:
@@ -165,7 +169,9 @@ class Scheduler(BaseScheduler):
     def _num_seqs_reserved(self) -> int:
         """Running sequences, counting the children that running parents will fork into."""
         n = len(self.decode.members)
-        return n + sum(self._seqs_of(r) for r in self.prefilling) if self.prefilling else n
+        for r in self.prefilling:
+            n += self._seqs_of(r)
+        return n
 
     def _next_queued(self) -> Request | None:
         """The better of the swapped head and the waiting head, by the policy's order."""
@@ -187,7 +193,7 @@ class Scheduler(BaseScheduler):
         out.blocks_to_swap_in.extend(mapping)
         req.status = RUNNING
         kv.cache_full_blocks(req, req.num_computed_base)
-        self.prefilling[req] = None
+        self._start(req)
         n = min(req.num_tokens - req.num_computed_base, budget, threshold)
         if not kv.allocate_slots(req, n):
             return None, 0  # back, but it waits (running, holding its blocks) for room
@@ -201,8 +207,11 @@ class Scheduler(BaseScheduler):
         kv = self.kv
         hits, num_hit = kv.get_computed_blocks(req)
         num_tokens = req.num_tokens
-        n_new = num_tokens - num_hit
-        n = min(n_new, budget, threshold)
+        n = n_new = num_tokens - num_hit
+        if n > budget:  # min(n_new, budget, threshold), without a call: every admission asks
+            n = budget
+        if n > threshold:
+            n = threshold
         if n < n_new and not self.config.enable_chunked_prefill:
             return "budget", 0
         reserve = self._watermark_blocks if self.decode.members or self.prefilling else 0
@@ -217,7 +226,7 @@ class Scheduler(BaseScheduler):
             req.num_cached_tokens = num_hit
         if req.first_scheduled_time is None:
             req.first_scheduled_time = now
-        self.prefilling[req] = None
+        self._start(req)
         self._schedule_prefill(req, n, out)
         return None, n
 
@@ -227,15 +236,25 @@ class Scheduler(BaseScheduler):
         out.num_prefill_tokens += n
         out.prefill_attention_pairs += n * req.num_computed_base + n * (n + 1) // 2
 
+    def _start(self, req: Request) -> None:
+        """A request joins the running set (admitted, swapped in, forked): a possible victim."""
+        self.prefilling[req] = None
+        self._num_started += 1
+
     def running_requests(self):
         return chain(self.decode.members, self.prefilling)
 
     def _pick_victim(self, lower_than: Request | None = None) -> Request | None:
         """The running request the policy values least; with `lower_than`, only if it ranks
         below that request (a request never preempts its betters)."""
+        if lower_than is not None and self._no_victim_below == (lower_than, self._num_started):
+            # Nobody ranked below it then and nobody joined since (victim keys never change): a
+            # running prefill that waits for room asks at every step, of a batch that only shrinks.
+            return None
         key = self.policy.victim_key
         victim = max(self.running_requests(), key=key, default=None)
         if victim is not None and lower_than is not None and (victim is lower_than or key(victim) <= key(lower_than)):
+            self._no_victim_below = (lower_than, self._num_started)
             return None
         return victim
 
@@ -376,7 +395,7 @@ class Scheduler(BaseScheduler):
             child.first_scheduled_time = parent.first_scheduled_time
             self.kv.fork(parent, child)
             self.requests[child.request_id] = child
-            self.prefilling[child] = None
+            self._start(child)
             family.append((child, toks[i:i + 1] if toks is not None else None))
         self._changed()  # new running sequences: new possible victims for a preemptive policy
         return family

@@ -144,8 +144,9 @@ class BaseScheduler(ABC):
         self._seq += request.sampling_params.n  # room for the sequences it may fork into
         # The output stops at max_model_len (and at the cache's size): no request can outgrow
         # the cache on its own, which is what makes preemption always able to make progress.
-        request.max_output_tokens = max(1, min(request.sampling_params.max_tokens,
-                                               self.max_len - request.num_prompt_tokens))
+        room = self.max_len - request.num_prompt_tokens
+        max_tokens = request.sampling_params.max_tokens
+        request.max_output_tokens = max_tokens if max_tokens <= room else room if room > 1 else 1
         reason = self._reject_reason(request)
         if reason is not None:
             request.status = REJECTED

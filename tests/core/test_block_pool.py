@@ -1,4 +1,5 @@
-"""BlockPool invariants under random operations (hypothesis stateful test)."""
+"""BlockPool invariants under random operations (hypothesis stateful test), blocks lent by
+count (a length-only request's) among particular ones."""
 import random
 
 import hypothesis.strategies as st
@@ -15,18 +16,47 @@ class BlockPoolMachine(RuleBasedStateMachine):
         super().__init__()
         self.pool = BlockPool(NUM_BLOCKS)
         self.holders: list[list] = []  # each holder owns one reference to each of its blocks
+        self.lent: list[int] = []  # holders of blocks lent by count: how many each holds
         self.taken = self.given_back = 0  # blocks taken off the free lists / given back to them
 
-    @rule(n=st.integers(1, 4))
-    def allocate(self, n):
+    @rule(n=st.integers(1, 4), by_count=st.booleans())
+    def allocate(self, n, by_count):
+        """n named blocks (`allocate_n`), or n lent by count (`lend`, a length-only request's)."""
+        take = self.pool.lend if by_count else self.pool.allocate_n
         if n > self.pool.num_free_blocks:
             with pytest.raises(RuntimeError):
-                self.pool.allocate_n(n)
+                take(n)
             return
-        blocks = self.pool.allocate_n(n)
+        blocks = take(n)
+        if by_count:
+            self.lent.append(n)
+        else:
+            assert all(b.ref_cnt == 1 and b.block_hash is None for b in blocks)
+            self.holders.append(blocks)
+        self.taken += n
+
+    @rule(n=st.integers(1, 4))
+    def lend_plain(self, n):
+        plain = self.pool.num_plain_free_blocks
+        assert self.pool.lend_plain(n) == (n <= plain)
+        if n <= plain:
+            self.lent.append(n)
+            self.taken += n
+
+    @precondition(lambda self: self.lent)
+    @rule(i=st.integers(0, 100))
+    def give_back(self, i):
+        n = self.lent.pop(i % len(self.lent))
+        self.pool.give_back(n)
+        self.given_back += n
+
+    @precondition(lambda self: self.lent)
+    @rule(i=st.integers(0, 100))
+    def materialize(self, i):
+        """A holder by count gets particular blocks: plain ones, its alone."""
+        blocks = self.pool.materialize(self.lent.pop(i % len(self.lent)))
         assert all(b.ref_cnt == 1 and b.block_hash is None for b in blocks)
         self.holders.append(blocks)
-        self.taken += n
 
     @rule(seed=st.integers(0, 1 << 16))
     def shuffle(self, seed):
@@ -70,8 +100,11 @@ class BlockPoolMachine(RuleBasedStateMachine):
             for b in blocks:
                 counts[b.block_id] += 1
         assert [b.ref_cnt for b in self.pool.blocks] == counts
-        assert self.pool.num_free_blocks == counts.count(0)
+        assert self.pool.num_lent == sum(self.lent)
+        assert self.pool.num_free_blocks == counts.count(0) - sum(self.lent) >= 0
         assert self.pool.free_block_ids() == {i for i, c in enumerate(counts) if c == 0}
+        assert self.pool.num_plain_free_blocks == self.pool.num_free_blocks - sum(
+            b.ref_cnt == 0 and b.block_hash is not None for b in self.pool.blocks)
 
     @invariant()
     def allocations_and_frees_are_counted(self):
@@ -94,6 +127,7 @@ class BlockPoolMachine(RuleBasedStateMachine):
     def teardown(self):
         for blocks in self.holders:
             self.pool.free(reversed(blocks))
+        self.pool.give_back(sum(self.lent))
         self.pool.reset_prefix_cache()
         assert self.pool.num_free_blocks == NUM_BLOCKS and not self.pool.cached
 
@@ -136,3 +170,17 @@ def test_shuffled_free_blocks_are_handed_out_in_a_seeded_random_order():
 
     assert order(1) == order(1) != order(2)
     assert sorted(order(1)) == list(range(64)) and order(1)[:40] != list(range(40))
+
+
+def test_lending_by_count_takes_plain_blocks_then_evicts_the_lru_front():
+    pool = BlockPool(4)
+    a = pool.allocate_n(2)
+    pool.cache(a, ["x", "y"])
+    pool.free(reversed(a))  # "y" is evicted first
+    pool.lend(3)  # the two never-used blocks, then one eviction
+    assert pool.num_evictions == 1 and set(pool.cached) == {"x"} and pool.num_free_blocks == 1
+    assert not pool.lend_plain(1)  # only a cached block is free
+    pool.give_back(3)
+    assert pool.num_free_blocks == 4 and pool.num_plain_free_blocks == 3
+    with pytest.raises(RuntimeError, match="give_back"):
+        pool.give_back(1)

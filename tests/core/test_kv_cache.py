@@ -4,12 +4,14 @@ The test plays the driver: it keeps the content of every physical block (which t
 which slot), writes tokens where the slot mapping says, performs the copies and swaps the
 manager asks for, and checks after each step that reference counts equal holders, that a
 prefix-cache hit returns blocks holding exactly the request's tokens, and that nothing is
-ever written into a block another request also holds.
+ever written into a block another request also holds. Length-only requests (no tokens) hold
+their blocks by count among them, until a driver names them (`block_table`, a swap-out).
 """
 import hypothesis.strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from paged import CacheConfig, KVCacheManager, Request
+from paged.core.block_table import BlockCount
 
 BS = 4
 NUM_BLOCKS = 16
@@ -29,6 +31,8 @@ class KVMachine(RuleBasedStateMachine):
         self.n = 0
 
     def _write(self, req, start, end):
+        if not req.has_content:  # a length-only request: no tokens to write, its blocks stay unnamed
+            return
         tokens = req.all_token_ids()
         table = self.kv.block_table(req)
         for pos in range(start, end):
@@ -60,6 +64,29 @@ class KVMachine(RuleBasedStateMachine):
         self.kv.cache_full_blocks(req, req.num_computed_base)
         self.active[req.request_id] = req
 
+    @rule(num_tokens=st.integers(1, 20), chunk=st.integers(1, 12))
+    def admit_length_only(self, num_tokens, chunk):
+        req = Request(f"r{self.n}", num_prompt_tokens=num_tokens, max_tokens=4)
+        self.n += 1
+        assert self.kv.get_computed_blocks(req) == ([], 0)
+        n = min(chunk, num_tokens)
+        if not self.kv.allocate_slots(req, n):
+            assert req.request_id not in self.kv.tables
+            return
+        assert isinstance(self.kv.tables[req.request_id], BlockCount)
+        req.num_computed_base = n
+        self.active[req.request_id] = req
+
+    @precondition(lambda self: any(isinstance(self.kv.tables[r], BlockCount) for r in self.active))
+    @rule(i=st.integers(0, 99))
+    def name_blocks(self, i):
+        """A driver asks for a length-only request's ids: particular blocks, its alone."""
+        counted = [r for r in self.active.values() if isinstance(self.kv.tables[r.request_id], BlockCount)]
+        req = counted[i % len(counted)]
+        n = len(self.kv.tables[req.request_id])
+        ids = self.kv.block_table(req).block_ids
+        assert len(set(ids)) == n and all(self.kv.pool.blocks[b].ref_cnt == 1 for b in ids)
+
     @precondition(lambda self: self.active)
     @rule(i=st.integers(0, 99), chunk=st.integers(1, 6), tok=st.integers(0, 9))
     def step(self, i, chunk, tok):
@@ -77,10 +104,11 @@ class KVMachine(RuleBasedStateMachine):
         req.num_computed_base += n
         self.kv.cache_full_blocks(req, req.num_computed_base)
 
-    @precondition(lambda self: self.active)
+    @precondition(lambda self: any(r.has_content for r in self.active.values()))
     @rule(i=st.integers(0, 99))
     def fork(self, i):
-        parent = list(self.active.values())[i % len(self.active)]
+        parents = [r for r in self.active.values() if r.has_content]
+        parent = parents[i % len(parents)]
         child = Request(f"r{self.n}", parent.prompt_token_ids, max_tokens=4)
         self.n += 1
         child.output_token_ids = list(parent.output_token_ids)
@@ -127,13 +155,15 @@ class KVMachine(RuleBasedStateMachine):
             for b in table.blocks:
                 counts[b.block_id] += 1
         assert [b.ref_cnt for b in self.kv.pool.blocks] == counts
-        assert self.kv.num_free_blocks == counts.count(0)
+        lent = sum(len(t) for t in self.kv.tables.values() if isinstance(t, BlockCount))
+        assert self.kv.pool.num_lent == lent
+        assert self.kv.num_free_blocks == counts.count(0) - lent
         assert self.kv.num_table_slots == sum(t.num_slots for t in self.kv.tables.values())
 
     @invariant()
     def tables_cover_exactly_the_computed_tokens(self):
         for req in self.active.values():
-            assert len(self.kv.block_table(req)) == -(-req.num_computed_base // BS)
+            assert len(self.kv.tables[req.request_id]) == -(-req.num_computed_base // BS)
 
     @invariant()
     def cached_blocks_hold_their_tokens(self):

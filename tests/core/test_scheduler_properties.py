@@ -52,7 +52,7 @@ def run(cache, sched, specs, real_tokens, abort_at=()):
             if r.parent is not None:
                 reqs.append(r)
         for r in list(s.decode.members) + list(s.prefilling):
-            assert len(s.kv.block_table(r)) == -(-r.num_computed_tokens // cache.block_size)
+            assert len(s.kv.tables[r.request_id]) == -(-r.num_computed_tokens // cache.block_size)
         t += 1
         steps += 1
         assert steps < bound, "the scheduler stopped making progress"

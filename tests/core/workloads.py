@@ -4,6 +4,7 @@ import zlib
 import hypothesis.strategies as st
 
 from paged import CacheConfig, Request, RequestStatus, SamplingParams, SchedulerConfig
+from paged.core.block_table import BlockCount
 from paged.core.scheduler import Scheduler
 
 MAX_MODEL_LEN = 64
@@ -80,7 +81,9 @@ def holders_match_ref_counts(kv) -> None:
         for b in table.blocks:
             counts[b.block_id] += 1
     assert [b.ref_cnt for b in kv.pool.blocks] == counts
-    assert kv.num_free_blocks == counts.count(0)
+    lent = sum(len(t) for t in kv.tables.values() if isinstance(t, BlockCount))  # length-only requests
+    assert kv.pool.num_lent == lent
+    assert kv.num_free_blocks == counts.count(0) - lent
 
 
 def new_scheduler(cache, sched):
