@@ -34,27 +34,23 @@ class PolledKVEvents:
         self.view = view
         self.interval_ticks = interval_ticks
         self.now = now  # the simulation's clock (ticks), read when an event is emitted
-        self.pending: deque[tuple[int, str, list | None]] = deque()  # (read tick, method, hashes)
+        self.pending: deque[tuple[int, object, tuple]] = deque()  # (read tick, the view's method, its arguments)
 
-    def _queue(self, method: str, hashes: list | None) -> None:
-        t = self.now()
-        self.pending.append(((t // self.interval_ticks + 1) * self.interval_ticks, method, hashes))
+    def _queue(self, method, *args) -> None:
+        self.pending.append(((self.now() // self.interval_ticks + 1) * self.interval_ticks, method, args))
 
     def blocks_stored(self, block_hashes: list) -> None:
-        self._queue("blocks_stored", block_hashes)
+        self._queue(self.view.blocks_stored, block_hashes)
 
     def blocks_removed(self, block_hashes: list) -> None:
-        self._queue("blocks_removed", block_hashes)
+        self._queue(self.view.blocks_removed, block_hashes)
 
     def all_blocks_cleared(self) -> None:
-        self._queue("all_blocks_cleared", None)
+        self._queue(self.view.all_blocks_cleared)
 
     def deliver(self, now: int) -> None:
         """Apply, in the order they happened, the events the reads up to `now` (inclusive) have seen."""
-        pending, view = self.pending, self.view
+        pending = self.pending
         while pending and pending[0][0] <= now:
-            _, method, hashes = pending.popleft()
-            if hashes is None:
-                view.all_blocks_cleared()
-            else:
-                getattr(view, method)(hashes)
+            _, method, args = pending.popleft()
+            method(*args)

@@ -58,8 +58,8 @@ def test_a_run_routes_by_the_events_of_reads_before_each_arrival(monkeypatch):
     seen = []
     queue, deliver = PolledKVEvents._queue, PolledKVEvents.deliver
 
-    def spy_queue(self, method, hashes):
-        queue(self, method, hashes)
+    def spy_queue(self, method, *args):
+        queue(self, method, *args)
         seen.append(("emitted", id(self), self.now(), self.pending[-1][0]))
 
     def spy_deliver(self, now):
