@@ -8,6 +8,7 @@ every request with every output token, and the latencies are positive.
 import json
 import math
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -54,3 +55,25 @@ def test_the_load_is_the_busiest_well_conditioned_one(monkeypatch):
     assert m.MAX_ELASTICITY == 1.5 and m.choose_load(None, None, None, 1.0, tuple(worst)) == (0.5, worst)
     worst = {0.5: 1.9, 0.6: 1.7, 0.7: 3.0}
     assert m.choose_load(None, None, None, 1.0, tuple(worst)) == (0.6, worst)
+
+
+def test_sampling_error_is_paired():
+    """`sampling_error` redraws requests with their prediction and measurement together: a prediction that is
+    every measurement x1.1 is off by 10% in every draw (no spread); the spread of a noisy prediction
+    shrinks as requests are added."""
+    m = load("sim_vs_real")
+    rng = np.random.default_rng(1)
+
+    def frame(ttft, e2e):
+        return pd.DataFrame({"arrival_s": 0.0, "first_token_s": ttft, "finished_s": e2e, "num_generated": 5})
+
+    ttft, e2e = rng.uniform(0.1, 1.0, 80), rng.uniform(2.0, 9.0, 80)
+    measured = frame(ttft, e2e)
+    exact = m.sampling_error(frame(1.1 * ttft, 1.1 * e2e), measured)
+    assert set(exact) == {f"{k}_{s}" for k in m.LATENCIES for s in ("mean", "p50")}
+    assert max(exact.values()) < 1e-12
+    noisy = m.sampling_error(frame(ttft * rng.lognormal(0, 0.2, 80), e2e), measured)["ttft_p50"]
+    many = np.tile(ttft, 8)  # the same requests, eight times as many
+    more = m.sampling_error(frame(many * rng.lognormal(0, 0.2, len(many)), np.tile(e2e, 8)),
+                            frame(many, np.tile(e2e, 8)))["ttft_p50"]
+    assert noisy > 0.01 and more < noisy / 2
