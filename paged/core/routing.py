@@ -251,8 +251,12 @@ class KVAware:
     made the other replica prefill all of it, and the misses raised the price (uncached prefill per
     request) that moved the next turns. Chat on 2 A100s past saturation (probe grid): 88 of 748
     follow-up turns moved off a cached history, 80.5% of the pooled-LRU yardstick; priced beyond
-    the spread, none and 84.2% (TTFT p99 59.4 s -> 57.3 s, least_outstanding 62.4 s); the other
-    setups' hit rates the same or up to 4.5 points higher (short chats on 8 A100s 88% -> 93%).
+    the spread, none and 84.2% (TTFT p99 59.4 s -> 57.3 s, least_outstanding 62.4 s; four more
+    seeds 78.6-82.9% -> 77.9-83.8%); the other setups' hit rates within a point or up to 4.5 points
+    higher (short chats on 8 A100s 88% -> 93%), TTFT p99 still under least_outstanding's wherever
+    it was, if closer (Mooncake on 4 H100s 1.23 s -> 1.76 s, least_outstanding 1.77 s; agentic on
+    4 A100s 2.7 s -> 4.5 s, 15.4 s). `experiments/cache_aware_routing.py`: chat
+    91% -> 96%, agentic 95% -> 96% (TTFT p99 0.44 s -> 0.51 s, least_outstanding 0.93 s).
     Pricing the prefill queued at each replica (its blocks in flight) instead of its outstanding
     requests reached 79.0% there: past saturation the queues' prefill differs by thousands of
     tokens from one arrival to the next, more than a history.
