@@ -2,11 +2,13 @@
 do (allocate, cache, hit, free, evict, reset), after every step the set of hashes the router
 holds for replica i equals the hashes replica i's pool caches, and routing picks the best score
 computed from the pools themselves plus the blocks in flight, at the price per outstanding
-request the router has learnt; ties go to fewer outstanding, then fewer blocks in flight, then
-the replica routed to longest ago. The model keeps its own record of what was sent where: per
-replica, each routing's blocks the pool did not cache, the newest `min(outstanding, MAX_NUM_SEQS)`
-routings as of each routing, a block leaving a record once its pool caches it (or is reset), and
-the number of its latest routing."""
+request the router has learnt, for the requests beyond the lightest replica's count plus its
+square root; ties go to fewer outstanding, then fewer blocks in flight, then the replica routed to
+longest ago. The model keeps its own record of what was sent where: per replica, each routing's
+blocks the pool did not cache, the newest `min(outstanding, MAX_NUM_SEQS)` routings as of each
+routing, a block leaving a record once its pool caches it (or is reset), and the number of its
+latest routing."""
+import math
 from types import SimpleNamespace
 
 from hypothesis import strategies as st
@@ -68,7 +70,7 @@ class KVEventsMachine(RuleBasedStateMachine):
             self.pools[r].reset_prefix_cache()
             self.sent[r] = []
 
-    @rule(hashes=HASHES, loads=st.tuples(st.integers(0, 3), st.integers(0, 3)))
+    @rule(hashes=HASHES, loads=st.tuples(st.integers(0, 9), st.integers(0, 9)))
     def route(self, hashes, loads):
         replicas = [SimpleNamespace(outstanding=o, kv_usage=0.0) for o in loads]
         price = min(self.router.load_tokens, MAX_LOAD_TOKENS)  # what an outstanding request costs now
@@ -81,8 +83,10 @@ class KVEventsMachine(RuleBasedStateMachine):
             held = self.pools[i].cached.keys() | self.in_flight(i)
             return next((k for k, h in enumerate(hashes) if h not in held), len(hashes))
 
+        even = min(loads) + math.sqrt(min(loads))  # the lightest's count and its spread: not priced
+
         def score(i):
-            return (run(i) - price * loads[i], -loads[i], -len(self.in_flight(i)), -self.last[i], -i)
+            return (run(i) - price * max(0.0, loads[i] - even), -loads[i], -len(self.in_flight(i)), -self.last[i], -i)
 
         want = max(range(2), key=score)
         assert got == want

@@ -148,6 +148,25 @@ def test_kv_aware_prices_a_request_at_the_prefill_it_brings():
     assert r.route(req(history + [98]), replicas([5, 0])) == 1
 
 
+def test_kv_aware_prices_load_only_beyond_the_lightest_replicas_spread():
+    """Outstanding requests up to the lightest replica's count plus its square root cost nothing (a count's
+    own spread, which the next arrivals even out): past saturation a cached history stays where it is at a few
+    requests of imbalance, where a price on every request moved it and made another replica prefill it all.
+    Beyond that the price holds, and at 0 outstanding every request is priced as before."""
+    history = [5, 6]  # 1,024 tokens
+
+    def route(loads):
+        """A fresh router, 1,024 tokens a request: where a turn goes whose history replica 0 caches."""
+        r = make_router("kv_aware", 2, block_size=16, hash_id_block_size=512)
+        r.replica_events(0).blocks_stored(id_block_hashes(history, 512, 16, 64))
+        return r.route(req(history + [7]), replicas(loads))
+
+    assert route([72, 64]) == 0  # 8 more than 64: within sqrt(64)
+    assert route([74, 64]) == 1  # 10 more: 2 priced, 2,048 tokens > 1,024 cached
+    assert route([2, 1]) == 0  # 1 more than 1: within sqrt(1)
+    assert route([2, 0]) == 1  # none free at 0: two requests priced
+
+
 def test_cluster_wires_pool_events_to_kv_aware_only(azure_conv):
     """In a run, each replica's pool reports to kv_aware, whose view ends equal to the pool's
     cache; other routers leave the pools without a sink."""
