@@ -430,8 +430,13 @@ class Scheduler(BaseScheduler):
         if head is None:
             return False
         if len(dec.members) + self._seqs_of(head) <= cfg.max_num_seqs:  # else short of sequences
+            free = kv.pool.num_free_blocks - crossing - self._watermark_blocks
             if head.status == SWAPPED:
                 need = kv.num_swapped_blocks(head)
+            elif -(-(head.num_computed_tokens + head.num_tokens) // self.block_size) + 1 <= free:
+                # It fits even if it needed a fresh block for every token and a copy-on-write one
+                # (the most `free_blocks_needed` can say): no need to plan it (most calls end here).
+                return False
             else:
                 hits, num_hit = kv.get_computed_blocks(head)
                 n_new = head.num_tokens - num_hit
@@ -439,7 +444,7 @@ class Scheduler(BaseScheduler):
                 if n < n_new and not cfg.enable_chunked_prefill:
                     return False  # short of budget: that may clear at the next step
                 need = kv.free_blocks_needed(head, n, hits)
-            if need + self._watermark_blocks <= kv.pool.num_free_blocks - crossing:
+            if need <= free:
                 return False  # it fits: the next step admits it
         self._admission_blocked = True
         return True
