@@ -238,7 +238,7 @@ class Replica:
             if self.token_times is not None:
                 self._record_token_times([now])
             self.longest_step.add(now, self._step_ticks)
-            nd = len(out.decode_requests)  # tokens clients get: a static batch's padding slots give none
+            nd = out.num_decode_requests  # tokens clients get: a static batch's padding slots give none
             if nd:
                 d = self._step_ticks
                 b = itl_bin(d)
