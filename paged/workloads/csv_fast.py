@@ -50,9 +50,10 @@ def read_plain_csv(path: Path, fmt: str, max_length: int, max_rows: int | None =
 
 
 def _lengths(values: list[str], max_length: int) -> np.ndarray | None:
-    if not all(v.isdigit() and v.isascii() for v in values):
+    digits = "".join(values)  # every value non-empty, ASCII digits only: checked once over the column
+    if not (all(values) and digits.isdigit() and digits.isascii()):
         return None
-    out = np.array([int(v) for v in values], dtype=np.int64)
+    out = np.array(list(map(int, values)), dtype=np.int64)
     return out if out.min() >= 1 and out.max() <= max_length else None
 
 
