@@ -7,6 +7,13 @@ arrival (`SimConfig.frontend_latency_s`: the HTTP front end's share): its `arriv
 as an engine's is, and its latencies count from the client's arrival (`RequestLog`). Replicas
 behind a router cut their fast-path windows at the next arrival anywhere, which keeps the state a
 router reads at an arrival identical with and without the fast path.
+
+A lone replica that nothing watches at arrivals (no router, no SLO watch, no KV-event reads) takes
+its arrivals itself instead (`pull_arrivals`): before each step ends it is handed those due by then,
+in order, as their events would have handed them (an arrival at a step's end comes first, see
+`sim.clock`); only while it is idle is the next arrival an event. Each replica and scheduler call
+comes in the same order with the same arguments, so the run is the same, with an event per idle
+spell instead of one per arrival and one per step that an arrival interrupts.
 """
 from __future__ import annotations
 
@@ -25,6 +32,10 @@ from .replica import Replica
 
 
 class Cluster:
+    # Whether a lone unwatched replica pulls its arrivals (see the module's docstring); a test
+    # turns it off to check the run is the same.
+    pull_arrivals = True
+
     def __init__(self, env: simpy.Environment, workload: Workload, schedulers: list[BaseScheduler], cost: CostModel,
                  router, log: RequestLog, sample_interval_ticks: int, max_samples: int, fast_path: bool = True,
                  progress=None, frontend_latency_ticks: int = 0, kv_events_interval_ticks: int = 0) -> None:
@@ -62,7 +73,13 @@ class Cluster:
                     view = PolledKVEvents(view, poll_ticks, lambda: env.now)
                     self._polled.append(view)
                 r.pool.events = view
-        env.process(self._arrivals())
+        if self.pull_arrivals and not watched and not self._polled:
+            lone = self.replicas[0]
+            lone.pull, lone.on_idle = self._arrive_due, self._await_arrival
+            self._awaiting = False  # an arrival event is queued for the idle replica
+            self._await_arrival()
+        else:
+            env.process(self._arrivals())
 
     def next_arrival(self) -> int | None:
         i = self.next_index
@@ -70,15 +87,42 @@ class Cluster:
 
     def _arrivals(self):
         env = self.env
-        every = max(1, self.num_requests // 200)
         for i, t in enumerate(self.arrival_ticks):
             now = env.now
             if t > now:
                 yield UrgentTimeout(env, t - now)
-            self.next_index = i + 1
-            self._deliver(i, t)
-            if self.progress is not None and (i + 1) % every == 0:
+            self._arrive(i, t)
+
+    def _arrive(self, i: int, t: int) -> None:
+        self.next_index = i + 1
+        self._deliver(i, t)
+        if self.progress is not None:
+            every = max(1, self.num_requests // 200)
+            if (i + 1) % every == 0:
                 self.progress.update(every)
+
+    def _arrive_due(self, now: int) -> None:
+        """Pulled by a lone replica: every arrival due by `now` not yet delivered, in order."""
+        ticks, n = self.arrival_ticks, self.num_requests
+        i = self.next_index
+        while i < n and ticks[i] <= now:
+            self._arrive(i, ticks[i])
+            i += 1
+
+    def _await_arrival(self) -> None:
+        """The lone replica went idle: an event at the next arrival (URGENT, as in `_arrivals`)
+        delivers what is due then, unless one is queued already (a timer woke the replica since)."""
+        if self._awaiting or self.next_index >= self.num_requests:
+            return
+        self._awaiting = True
+        ev = UrgentTimeout(self.env, self.arrival_ticks[self.next_index] - self.env.now)
+        ev.callbacks.append(self._arrived)
+
+    def _arrived(self, _ev) -> None:
+        self._awaiting = False
+        self._arrive_due(self.env.now)
+        if self.replicas[0].idle:  # every arrival rejected: wait for the next
+            self._await_arrival()
 
     @staticmethod
     def _prompt_ids(req: Request) -> list[int] | None:

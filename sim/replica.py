@@ -54,6 +54,11 @@ class Replica:
         # window emits at its end is seen at the read its step's own would be (0: no reads).
         self.poll_ticks = poll_ticks
         self.fast_path = fast_path
+        # A lone replica that nothing watches takes its arrivals itself (`sim.cluster`): `pull(now)`
+        # hands it those due by `now` before each step ends, `on_idle()` queues an event for the
+        # next one when it goes idle. None: each arrival is an event of the cluster's.
+        self.pull: Callable[[int], None] | None = None
+        self.on_idle: Callable[[], None] | None = None
         self.pool = scheduler.kv.pool
         self.block_size = scheduler.block_size
         self.idle = True
@@ -81,6 +86,7 @@ class Replica:
     # -- the simpy process --------------------------------------------------------------------
     def _run(self):
         env = self.env
+        pull = self.pull
         while True:
             yield self._wake
             now = env.now
@@ -91,6 +97,8 @@ class Replica:
                 now += delay
                 if not env.try_advance(now):  # something else happens before the step ends
                     yield env.timeout(delay)
+                if pull is not None:  # the arrivals up to the step's end, as their events would have come
+                    pull(now)
                 self._end(now)
                 delay = self._begin(now)
 
@@ -133,6 +141,8 @@ class Replica:
 
     def _go_idle(self, now: int, next_wakeup: float | None) -> None:
         self.idle = True
+        if self.on_idle is not None:
+            self.on_idle()
         if next_wakeup is not None:  # static batching: a partial batch launches at its timeout
             gen = self._wake_generation
             timer = self.env.timeout(max(1, to_ticks(next_wakeup) - now))
@@ -228,7 +238,7 @@ class Replica:
             if self.token_times is not None:
                 self._record_token_times([now])
             self.longest_step.add(now, self._step_ticks)
-            nd = len(out.decode_requests)  # tokens clients get: a static batch's padding slots give none
+            nd = out.num_decode_requests  # tokens clients get: a static batch's padding slots give none
             if nd:
                 d = self._step_ticks
                 b = itl_bin(d)

@@ -102,7 +102,9 @@ def build_scheduler_config(config: SimConfig) -> SchedulerConfig:
 
 def make_scheduler(config: SimConfig, cache: CacheConfig, sched: SchedulerConfig):
     if not config.static_batching:
-        return Scheduler(cache, sched)
+        s = Scheduler(cache, sched)
+        s.list_decode_requests = False  # the simulator samples nothing: the step's counts say it all
+        return s
     return StaticBatchScheduler(cache, sched, batch_size=config.static_batch_size,
                                 batch_timeout_s=config.batch_timeout_s, reserve=config.static_reserve)
 

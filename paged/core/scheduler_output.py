@@ -35,9 +35,15 @@ class SchedulerOutput:
         return self.num_decode_tokens + self.num_prefill_tokens
 
     @property
+    def num_decode_requests(self) -> int:
+        """Decode requests that give their client a token: those listed, or all the decode tokens
+        of a step whose scheduler lists none (`Scheduler.list_decode_requests` off; it pads nothing)."""
+        return len(self.decode_requests) or self.num_decode_tokens
+
+    @property
     def num_seqs(self) -> int:
-        return len(self.decode_requests) + len(self.prefill_requests)
+        return self.num_decode_requests + len(self.prefill_requests)
 
     @property
     def is_empty(self) -> bool:
-        return not self.decode_requests and not self.prefill_requests
+        return not self.num_decode_requests and not self.prefill_requests

@@ -37,22 +37,25 @@ def read_plain_csv(path: Path, fmt: str, max_length: int, max_rows: int | None =
     columns = FAST_FORMATS[fmt]
     if [c.strip() for c in lines[0].rstrip("\r").split(",")] != list(columns) or len(lines) < 2:
         return None
-    rows = [line.rstrip("\r").split(",") for line in lines[1:]]
+    rows = [line.rstrip("\r").split(",") for line in lines[1:]] if "\r" in text else [
+        line.split(",") for line in lines[1:]]
     if any(len(r) != len(columns) for r in rows):
         return None
-    lengths = [_lengths([r[i] for r in rows], max_length) for i in (-2, -1)]
+    cols = list(zip(*rows))  # the rows turned into columns, in C
+    lengths = [_lengths(cols[i], max_length) for i in (-2, -1)]
     if lengths[0] is None or lengths[1] is None:
         return None
-    arrival = _azure_seconds([r[0] for r in rows]) if fmt == "azure" else None
+    arrival = _azure_seconds(list(cols[0])) if fmt == "azure" else None
     if fmt == "azure" and arrival is None:
         return None
     return arrival, *lengths
 
 
-def _lengths(values: list[str], max_length: int) -> np.ndarray | None:
-    if not all(v.isdigit() and v.isascii() for v in values):
+def _lengths(values: tuple[str, ...], max_length: int) -> np.ndarray | None:
+    digits = "".join(values)  # every value non-empty, ASCII digits only: checked once over the column
+    if not (all(values) and digits.isdigit() and digits.isascii()):
         return None
-    out = np.array([int(v) for v in values], dtype=np.int64)
+    out = np.array(list(map(int, values)), dtype=np.int64)
     return out if out.min() >= 1 and out.max() <= max_length else None
 
 

@@ -7,8 +7,6 @@ from pathlib import Path
 from paged.metrics_summary import jsonable
 from paged.output_paths import check_output_paths as check_paths
 
-from ..plots import check_figure_format
-
 # dest -> (option, the suffix of an example file name)
 OUTPUT_OPTIONS = {"json": ("--json", ".json"), "requests_csv": ("--requests-csv", ".csv"),
                   "timeseries_csv": ("--timeseries-csv", ".csv"), "plot": ("--plot", ".png")}
@@ -18,7 +16,10 @@ def check_output_paths(args) -> None:
     """Every output path the run was asked for can be written, checked before simulating
     (`paged.output_paths`), and a figure's format is one matplotlib writes."""
     check_paths([(option, getattr(args, dest, None), suffix) for dest, (option, suffix) in OUTPUT_OPTIONS.items()])
-    check_figure_format("--plot", getattr(args, "plot", None))
+    if getattr(args, "plot", None):
+        from ..plots import check_figure_format  # only then: a run without a figure never imports sim.plots
+
+        check_figure_format("--plot", args.plot)
 
 
 def write_outputs(args, result, summary: dict, workload, config) -> None:

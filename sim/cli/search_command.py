@@ -10,7 +10,6 @@ from paged.output_paths import check_output_paths, make_parent
 from paged.workloads.options import add_workload_options, positive
 
 from ..parallel import BACKENDS
-from ..plots import check_figure_format
 from ..sim_config import ROUTERS
 
 
@@ -55,6 +54,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     from paged.workloads.traces import detect_format
 
     from ..models import get_model
+    from ..plots import check_figure_format  # here, not at the top: `sim run` builds this parser too
     from ..prices import parse_prices
     from ..search import SLO, search
     from ..search_report import format_table, pareto_figure

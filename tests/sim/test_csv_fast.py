@@ -30,6 +30,8 @@ def test_irregular_files_go_to_pandas(tmp_path):
     for bad in (rows[:2] + ["2023-11-16 18:15:50+01:00,396,109"],  # an offset: pandas converts it
                 rows[:2] + ["2023-11-16 18:15:40,396,109"],  # backwards
                 rows[:2] + ["2023-11-16 18:15:50,396.5,109"],  # not a whole number
+                rows[:2] + ["2023-11-16 18:15:50,,109"],  # an empty length
+                rows[:2] + ["2023-11-16 18:15:50,396,\uff11\uff10\uff19"],  # digits, but not ASCII ones
                 [rows[0] + ",priority", rows[1] + ",1", rows[2] + ",2"]):  # an optional column
         p.write_text("\n".join(bad) + "\n")
         assert read_plain_csv(p, "azure", MAX_LENGTH) is None

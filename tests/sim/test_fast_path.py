@@ -7,6 +7,7 @@ from hypothesis import given, settings
 
 from sim import SimConfig, Workload, load_workload, simulate
 from sim.clock import TICKS_PER_S
+from sim.cluster import Cluster
 
 from .strategies import UNIT_STEPS, sim_configs, workloads
 
@@ -76,3 +77,20 @@ def test_an_arrival_at_a_step_boundary_is_seen_by_that_step():
                   for f in (True, False))
     assert fast.counters["num_windows"] >= 2
     assert_identical(fast, step)
+
+
+@settings(max_examples=settings().max_examples * 4)
+@given(workloads(), sim_configs(), st.booleans())
+def test_a_lone_replica_pulling_its_arrivals_runs_as_with_an_event_per_arrival(workload, config, fast):
+    """`Cluster.pull_arrivals`: a lone unwatched replica handed its arrivals before each step ends
+    (static batching's timers and requests rejected while idle included) runs exactly as when each
+    arrival is an event of its own."""
+    config = replace(config, replicas=1, fast_path=fast)
+    pulled = simulate(workload, config)
+    Cluster.pull_arrivals = False
+    try:
+        pushed = simulate(workload, config)
+    finally:
+        Cluster.pull_arrivals = True
+    assert_identical(pulled, pushed)
+    assert pulled.summary()["simulated_time_s"] == pushed.summary()["simulated_time_s"]
