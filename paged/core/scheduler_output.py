@@ -37,7 +37,9 @@ class SchedulerOutput:
     @property
     def num_decode_requests(self) -> int:
         """Decode requests that give their client a token: those listed, or all the decode tokens
-        of a step whose scheduler lists none (`Scheduler.list_decode_requests` off; it pads nothing)."""
+        of a step whose scheduler lists none (`Scheduler.list_decode_requests` off; it pads nothing).
+        A listing scheduler's decode step always lists one: a static batch with no live member left
+        ends before its next step (`StaticBatchScheduler.schedule`), so its padding never counts."""
         return len(self.decode_requests) or self.num_decode_tokens
 
     @property
