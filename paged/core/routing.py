@@ -148,27 +148,41 @@ class PrefixAware:
         return best
 
 
+# ReplicaCacheView.claims's size below which it is never purged of expired claims.
+MIN_COMPACT = 4096
+
+
 class ReplicaCacheView:
     """One replica's cached block hashes as its KV events report them (a `block_pool.KVEvents`
     sink): after every event `hashes` equals the set of hashes the replica's pool caches.
 
     What the router sent the replica, for its newest routings (`sent`: their numbers; `expire`
-    keeps at most as many as the replica has outstanding requests), hash -> number of the routing
-    that last sent the block: `claimed`, every block of their prompts, cached when sent or not,
-    counted as cached there (the replica holds them while those requests run, and computes again
-    any its cache evicts while they wait); `in_flight`, those it did not cache when sent and has
-    not reported stored since (the prefill still to do there). A stored block leaves `in_flight`,
-    so the two never share a hash; it stays claimed."""
+    keeps at most as many as the replica has outstanding requests): `claimed`, every block of their
+    prompts, cached when sent or not, counted as cached there (the replica holds them while those
+    requests run, and computes again any its cache evicts while they wait); `in_flight`, those it
+    did not cache when sent and has not reported stored since (the prefill still to do there; hash
+    -> number of the routing that last sent it). A stored block leaves `in_flight`, so the two
+    never share a hash; it stays claimed."""
 
-    __slots__ = ("hashes", "claimed", "in_flight", "sent")
+    __slots__ = ("hashes", "claims", "oldest", "compact_at", "in_flight", "sent")
 
     def __init__(self) -> None:
         self.hashes: set = set()
+        # hash -> number of the routing that last sent it; those below `oldest` expired. Updated a
+        # routing at a time in C and purged in bulk once it doubled: keeping it ordered, block by block
+        # as `in_flight`, made Mooncake's routing 70% slower (prompts of hundreds of blocks, most cached)
+        self.claims: dict = {}
+        self.oldest = 0
+        self.compact_at = MIN_COMPACT
         # ordered by routing, and expired from the front: an OrderedDict drops its first key in O(1), where
         # a dict's next(iter()) walks past every key deleted before it (20k expiries of 200k: 0.22 s, not 8 ms)
-        self.claimed: OrderedDict = OrderedDict()
         self.in_flight: OrderedDict = OrderedDict()
         self.sent: deque[int] = deque()
+
+    @property
+    def claimed(self) -> set:
+        oldest = self.oldest
+        return {h for h, routing in self.claims.items() if routing >= oldest}
 
     def blocks_stored(self, block_hashes) -> None:
         self.hashes.update(block_hashes)
@@ -183,12 +197,12 @@ class ReplicaCacheView:
     def all_blocks_cleared(self) -> None:
         """A reset, or a replica restarted: what was sent there is gone too."""
         self.hashes.clear()
-        self.claimed.clear()
+        self.claims.clear()
         self.in_flight.clear()
         self.sent.clear()
 
     def holds(self, block_hash) -> bool:
-        return block_hash in self.hashes or block_hash in self.claimed
+        return block_hash in self.hashes or self.claims.get(block_hash, -1) >= self.oldest
 
     def expire(self, keep: int) -> None:
         """Keeps the blocks of the newest `keep` routings: the older ones' requests finished, as far
@@ -197,31 +211,34 @@ class ReplicaCacheView:
         sent = self.sent
         while len(sent) > keep:
             sent.popleft()
+        in_flight = self.in_flight
         if not sent:
-            self.claimed.clear()
-            self.in_flight.clear()
+            self.claims.clear()
+            in_flight.clear()
             return
-        oldest = sent[0]
-        for record in (self.claimed, self.in_flight):
-            while record:
-                h = next(iter(record))
-                if record[h] >= oldest:
-                    break
-                del record[h]
+        oldest = self.oldest = sent[0]
+        while in_flight:
+            h = next(iter(in_flight))
+            if in_flight[h] >= oldest:
+                break
+            del in_flight[h]
 
     def send(self, routing: int, block_hashes) -> None:
         """Routing number `routing` sent a request with these blocks here: all are claimed by it from
         then on, and those not cached are in flight, those in flight already included (the request
-        computes them too, if an earlier one does not first). A block sent again moves to the end:
-        both records stay ordered by routing."""
+        computes them too, if an earlier one does not first)."""
         self.sent.append(routing)
-        claimed, in_flight, cached = self.claimed, self.in_flight, self.hashes
+        claims = self.claims
+        claims.update(dict.fromkeys(block_hashes, routing))
+        if len(claims) > self.compact_at:
+            oldest = self.oldest
+            claims = self.claims = {h: r for h, r in claims.items() if r >= oldest}
+            self.compact_at = max(MIN_COMPACT, 2 * len(claims))
+        in_flight, cached = self.in_flight, self.hashes
         for h in block_hashes:
-            claimed[h] = routing
-            claimed.move_to_end(h)
             if h not in cached:
                 in_flight[h] = routing
-                in_flight.move_to_end(h)
+                in_flight.move_to_end(h)  # sent again: the dict stays ordered by routing
 
 
 # kv_aware's price of an outstanding request before it has measured any, and its most.
@@ -383,10 +400,10 @@ class KVAware:
         lightest = min(replica.outstanding for replica in replicas)
         even = lightest + math.sqrt(lightest)  # as loaded as the lightest, within its count's own spread
         for i, view in enumerate(self.views):
-            cached, claimed = view.hashes, view.claimed
+            cached, claims, oldest = view.hashes, view.claims, view.oldest
             m = 0
             for h in block_hashes:
-                if h not in cached and h not in claimed:
+                if h not in cached and claims.get(h, -1) < oldest:
                     break
                 m += 1
             load = replicas[i].outstanding

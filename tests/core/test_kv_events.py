@@ -7,15 +7,19 @@ square root; ties go to fewer outstanding, then fewer blocks in flight, then the
 longest ago. The model keeps its own record of what was sent where: per replica, for the newest
 `min(outstanding, MAX_NUM_SEQS)` routings as of each routing, each routing's blocks (claimed: held
 there whatever the pool evicts since) and those of them the pool did not cache (in flight: leaving
-the record once the pool caches them), both gone on a reset; and the number of its latest routing."""
+the record once the pool caches them), both gone on a reset; and the number of its latest routing.
+Prompts routed before come back, computed by a pool or extended (a conversation's next turn), and the
+views purge expired claims at every chance (`MIN_COMPACT` lowered)."""
 import math
 from types import SimpleNamespace
 
+from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, precondition, rule
 
+from paged.core import routing
 from paged.core.block_pool import BlockPool
-from paged.core.routing import MAX_LOAD_TOKENS, KVAware
+from paged.core.routing import MAX_LOAD_TOKENS, MIN_COMPACT, KVAware
 
 NUM_BLOCKS = 4
 MAX_NUM_SEQS = 2
@@ -28,6 +32,7 @@ class KVEventsMachine(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
+        routing.MIN_COMPACT = 2  # the views purge expired claims all the time (restored in teardown)
         self.router = KVAware(2, block_size=1, load_tokens=2, max_num_seqs=MAX_NUM_SEQS)
         self.pools = [BlockPool(NUM_BLOCKS) for _ in range(2)]
         for i, pool in enumerate(self.pools):
@@ -56,6 +61,11 @@ class KVEventsMachine(RuleBasedStateMachine):
             self.held[r].extend(blocks)
             pool.cache(blocks, hashes)
             self.forget_cached(r)
+
+    @rule(r=st.integers(0, 1), prompt=PROMPTS)
+    def compute(self, r, prompt):
+        """A prompt routed before, computed (by the replica it was sent to, or another)."""
+        self.fill(r, prompt)
 
     @rule(r=st.integers(0, 1), hashes=HASHES)
     def hit(self, r, hashes):
@@ -118,6 +128,9 @@ class KVEventsMachine(RuleBasedStateMachine):
         self.last[want] = self.num_routed
         self.num_routed += 1
 
+    def teardown(self):
+        routing.MIN_COMPACT = MIN_COMPACT
+
     @invariant()
     def view_equals_pool(self):
         for i, pool in enumerate(self.pools):
@@ -132,3 +145,6 @@ class KVEventsMachine(RuleBasedStateMachine):
 
 
 TestKVEvents = KVEventsMachine.TestCase
+# A claim shows only after a run of steps (a prompt cached or computed, sent, evicted, sent again): more
+# runs than the profile's 25 find one
+TestKVEvents.settings = settings(max_examples=max(200, settings().max_examples))
