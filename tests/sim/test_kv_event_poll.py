@@ -90,7 +90,8 @@ def test_reading_late_changes_routing_and_nothing_else_reads_it():
     w = conversation_workload(ConversationShape(num_conversations=30, rate=1.0, think_time_s=2.0, mean_turns=6,
                                                 system_prompt_tokens=1024, user_tokens=300))
     config = SimConfig(replicas=3, router="kv_aware", num_gpu_blocks=300)  # the cache evicts: views go stale
-    now, late = simulate(w, config), simulate(w, config, kv_events_interval_s=1.0)
+    # read every think time: the answers' blocks (no routing claimed them) and the evictions come late
+    now, late = simulate(w, config), simulate(w, config, kv_events_interval_s=2.0)
     assert now.requests.replica.tolist() != late.requests.replica.tolist()
     lo = replace(config, router="least_outstanding")
     assert_identical(simulate(w, lo), simulate(w, lo, kv_events_interval_s=1.0))

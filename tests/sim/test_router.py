@@ -101,6 +101,22 @@ def test_kv_aware_counts_blocks_in_flight_at_the_replica_it_sent_them_to():
     assert r.route(req([1, 2]), replicas([0, 1])) == 0 and len(r.views[0].in_flight) == 64
 
 
+def test_kv_aware_counts_a_waiting_requests_blocks_at_its_replica_though_evicted():
+    """A request sent where its history is cached claims those blocks there: should the cache evict them
+    while the request waits, it computes them again, so the conversation's next turn, arriving meanwhile,
+    still goes there (past saturation, turns went elsewhere and both replicas prefilled the history).
+    Only blocks the replica did not cache when they were sent count as prefill in flight."""
+    r = make_router("kv_aware", 2, block_size=16, hash_id_block_size=512)
+    turn1, turn2 = [5, 6, 7], [5, 6, 7, 8]  # 1,536 tokens, then 512 more
+    r.replica_events(0).blocks_stored(id_block_hashes(turn1, 512, 16, 96))
+    assert r.route(req(turn2), replicas([0, 0])) == 0  # turn 2 where turn 1 is cached
+    assert set(r.views[0].in_flight) == set(id_block_hashes(turn2, 512, 16, 128, 96))
+    r.replica_events(0).blocks_removed(id_block_hashes(turn1, 512, 16, 96))  # evicted while turn 2 waits
+    assert r.route(req(turn2 + [9]), replicas([1, 0])) == 0  # 2,048 tokens claimed beat one request
+    # No request outstanding at 0: nothing claimed there but the new routing's blocks.
+    assert r.route(req([1, 2]), replicas([0, 1])) == 0 and len(r.views[0].claimed) == 64
+
+
 def test_kv_aware_keeps_in_flight_only_the_newest_routings():
     """A replica with k outstanding requests keeps the blocks of its k newest routings in flight
     (a block sent again counts from its latest routing), and never more than a batch of them."""
