@@ -4,38 +4,39 @@ simulator predicted, for each router?
 The loop, closed at the cluster level: (1) profile the engine's step times as the replicas will run
 them: one engine per replica, each in a process of its own with one thread, all profiling the grid
 at once, so that each step is timed beside the other replica's (`paged.engine.profile`; the
-contention between replicas on this machine's cores is then in the prediction), then carry it to
-the engines as they serve (`calibrate`): replay a calibration load of its own (the trace's next
+contention between replicas on this machine's cores is then in the prediction), then carry it to the
+engines as they serve (`calibrate`): replay a calibration load of its own (the trace's next
 requests, other system prompts, other tokens) through a deployment, take the replicas' steps from
-`/debug/steps`, and scale the profile by their forward time over the profile's for the same
-shapes, plus the gap between busy steps (`served_steps`: the replicas share the 2 cores with their
-HTTP servers, the router and the load generator, which the profiling engines did not); (2) take a
-slice of the Azure conversation trace (lengths scaled down), put one of 8 long system prompts, drawn at
-random, in front of every prompt (a shared-prefix working set larger than one replica's KV cache
-but not than two: where a router keeps a system prompt decides prefix-cache hits), and rescale its
-arrivals to half the capacity the served model predicts for 2 replicas (108 requests: enough that
-no metric turns on a few of them, `deploy_slice_size.py`); (3) for each of
-round_robin, least_outstanding and prefix_aware, launch the real replicas and router (`paged
-launch`), measure the deployment's front-end latency on the idle deployment (probe requests: their TTFT as
-the client sees it less the engine's own, `vllm:time_to_first_token_seconds`), simulate the slice
-on 2 replicas behind that router with that `frontend_latency_s` and the replicas' own cache and
-scheduler configs (the prediction is the mean over step times x0.97-1.03 the calibrated model's,
-`ENSEMBLE`: a load-aware router's choices jump at a 1% change of the machine's speed, which is
-known to a few percent at best), then replay the slice with the load generator (`paged bench serve`'s
-replay: prompts are token ids whose shared-prefix blocks are the same tokens, outputs exactly their
-trace length, sent open-loop at their arrival times); (4) compare TTFT, TPOT, E2E (means and p50),
+`/debug/steps`, and scale the profile by their forward time over the profile's for the same shapes,
+plus the gap between busy steps (`served_steps`: the replicas share the 2 cores with their HTTP
+servers, the router and the load generator, which the profiling engines did not); (2) take a slice
+of the Azure conversation trace (lengths scaled down), put one of 8 long system prompts, drawn at
+random, in front of every prompt (a shared-prefix working set larger than one replica's KV cache but
+not than two: where a router keeps a system prompt decides prefix-cache hits), and rescale its
+arrivals to half the capacity the served model predicts for 2 replicas (108 requests: enough that no
+metric turns on a few of them, `deploy_slice_size.py`); (3) for each of round_robin,
+least_outstanding and prefix_aware, launch the real replicas and router (`paged launch`), measure
+the deployment's front-end latency on the idle deployment (probe requests: their TTFT as the client
+sees it less the engine's own, `vllm:time_to_first_token_seconds`), simulate the slice on 2 replicas
+behind that router with that `frontend_latency_s` and the replicas' own cache and scheduler configs
+(the prediction is the mean over step times x0.97-1.03 the calibrated model's, `ENSEMBLE`: a
+load-aware router's choices jump at a 1% change of the machine's speed, which is known to a few
+percent at best), then replay the slice with the load generator (`paged bench serve`'s replay:
+prompts are token ids whose shared-prefix blocks are the same tokens, outputs exactly their trace
+length, sent open-loop at their arrival times); (4) compare TTFT, TPOT, E2E (means and p50),
 throughput and the prefix-cache hit rate (from the replicas' own `vllm:prefix_cache_*` counters),
 and whether the routers rank the same way predicted and measured by mean TTFT (the latency a
 router's prefix hits change; E2E adds the decode time, which routing hardly moves), and hold each
 replica's steps in the replay against the profile (printed per replica: forward time over the
-profile's, by decode batch, and the busy gaps; `steps-ROUTER.csv`), and both replicas' served step
-time (forward passes and busy gaps) against what the calibration made the prediction assume: a
-"drift" line per router, flagged when the replay ran more than 10% off it. The flag explains a miss;
-the miss still counts, and the prediction is never redone from the replay. Goal: means
-and p50 within 10%, hit rate within 0.03, the same ranking. Two routers predicted within 10% of
-each other (the accuracy goal: a prediction allowed that error cannot order them) are a tie, which
-the verdict names: the ranking is judged on the pairs the prediction separates, and the full order
-is reported as well.
+profile's, by decode batch, and the busy gaps; `steps-ROUTER.csv`; each request's replica and cached
+prompt tokens as the router and the replica reported them, `requests-ROUTER.csv`), and both
+replicas' served step time (forward passes and busy gaps) against what the calibration made the
+prediction assume: a "drift" line per router, flagged when the replay ran more than 10% off it. The
+flag explains a miss; the miss still counts, and the prediction is never redone from the replay.
+Goal: means and p50 within 10%, hit rate within 0.03, the same ranking. Two routers predicted within
+10% of each other (the accuracy goal: a prediction allowed that error cannot order them) are a tie,
+which the verdict names: the ranking is judged on the pairs the prediction separates, and the full
+order is reported as well.
 
 Writes DIR/deploy_check.json as {"routers": {name: {"metrics": {metric: {"predicted", "measured",
 "rel_error"}}, "profile_only": (the same, predicted from the profile without the calibration),
@@ -85,7 +86,7 @@ from sim_vs_real import drift, sim_config
 
 from paged.engine import EngineConfig, LLMEngine
 from paged.engine.profile import FEATURES, ProfileGrid, profile, write_profile
-from paged.serve.bench_serve import first_model, summarize
+from paged.serve.bench_serve import first_model, requests_frame, summarize
 from paged.serve.prompts import PromptMaker
 from paged.serve.replay import replay
 from paged.serve.router import RouterConfig
@@ -375,9 +376,12 @@ def replica_steps(urls: list[str], marks: list[int]) -> list[list[dict]]:
             for url, m in zip(urls, marks, strict=True)]
 
 
-def replay_measured(url: str, urls: list[str], workload: Workload, vocab: int) -> tuple[dict, list[list[dict]]]:
+def replay_measured(url: str, urls: list[str], workload: Workload,
+                    vocab: int) -> tuple[dict, list[list[dict]], pd.DataFrame]:
     """The workload replayed against the deployment at `url`: bench serve's summary, with the hit
-    rate the replicas counted; and each replica's steps during the replay (`paged.engine.step_log`)."""
+    rate the replicas counted; each replica's steps during the replay (`paged.engine.step_log`);
+    and one row per request (bench serve's `--requests-csv`), with the replica the router chose
+    and the prompt tokens it found cached, to hold against the simulation's request by request."""
     prompts = PromptMaker(workload, vocab_size=vocab, min_token_id=MIN_TOKEN_ID)
     before = prefix_counters(urls)
     marks = step_marks(urls)
@@ -386,7 +390,9 @@ def replay_measured(url: str, urls: list[str], workload: Workload, vocab: int) -
     steps = replica_steps(urls, marks)
     summary = summarize(workload, records, wall)
     summary["prefix_cache_hit_rate"] = hits / queries if queries else float("nan")
-    return summary, steps
+    requests = requests_frame(workload, records)
+    requests.insert(1, "replica", [urls.index(b) if b in urls else -1 for b in requests.backend])
+    return summary, steps, requests.drop(columns="backend")
 
 
 def calibrate(setup: Setup, workload: Workload, profile_path: Path, out: Path, vocab: int) -> dict:
@@ -603,13 +609,14 @@ def run(args: argparse.Namespace, setup: Setup) -> int:
                                 calibration["busy_gap_s"])
             profile_only = predict(workload, replace(profiled, **routed), fit, 1.0, 0.0)
             with others_load(load, router):
-                measured, steps = replay_measured(url, urls, workload, vocab)
+                measured, steps, requests = replay_measured(url, urls, workload, vocab)
         timings[router] = time.perf_counter() - t
         if measured["num_finished"] != len(workload):
             raise RuntimeError(f"{router}: {measured['num_finished']} of {len(workload)} requests finished "
                                f"({measured.get('errors')}); logs in {log_dir}")
         frames = [served_steps.step_frame(s, profile_path).assign(replica=i) for i, s in enumerate(steps)]
         pd.concat(frames).to_csv(args.out / f"steps-{router}.csv", index=False)
+        requests.to_csv(args.out / f"requests-{router}.csv", index=False)
         served = {f"replica{i}": served_steps.summary(f) for i, f in enumerate(frames)}
         drifted = served_steps.drift(served_steps.summary(pd.concat(frames)), calibration["forward_over_profile"],
                                      calibration["busy_gap_s"])

@@ -10,6 +10,7 @@ import json
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from .test_experiments import load
@@ -75,6 +76,12 @@ def test_deploy_check_quick(tmp_path):
     errors = load("deploy_hindsight").hindsight(tmp_path)
     assert set(errors) == {"prefix_aware"} and len(errors["prefix_aware"]) == 8
     assert all(math.isfinite(v) for v in errors["prefix_aware"].values())
+    # each request's replica (the router's choice) and the prompt tokens it found cached, as the replicas reported them
+    requests = pd.read_csv(tmp_path / "requests-prefix_aware.csv")
+    assert len(requests) == doc["conditions"]["num_requests"] and set(requests.replica) <= set(range(dc.REPLICAS))
+    assert ((requests.prefix_hit_tokens >= 0) & (requests.prefix_hit_tokens < requests.num_prompt_tokens)).all()
+    assert requests.prefix_hit_tokens.sum() / requests.num_prompt_tokens.sum() == pytest.approx(
+        metrics["prefix_cache_hit_rate"]["measured"], abs=0.05)  # the counters also count a preempted one's return
     assert (tmp_path / "deploy_check.png").stat().st_size > 10_000
     assert "[" in (tmp_path / "verdicts.txt").read_text()
 

@@ -18,6 +18,11 @@ requests; TTFT and E2E from when the request was sent), `itl_s` (over every gap 
 streamed chunks) and `goodput` (with --slo-ttft-s/--slo-tpot-s). Beyond them: `num_errors`
 (requests that did not finish, with `errors`: how many of each message) and `send_lateness_s`
 (how late requests were sent against their schedule: mean/p50/p90/p99/max).
+
+The `--requests-csv` has a row per request, under the simulator's names where they mean the same:
+`prefix_hit_tokens` is what the server's usage reports cached (`prompt_tokens_details.cached_tokens`,
+-1 if it does not), and `backend` the one a `paged router` sent it to (its `x-paged-backend` header),
+the simulator's `replica`.
 """
 from __future__ import annotations
 
@@ -80,6 +85,7 @@ def requests_frame(workload: Workload, rec: Records):
         "ttft_s": rec.first_token_s - rec.sent_s, "tpot_s": tpot(rec.first_token_s, rec.finished_s, rec.num_generated),
         "e2e_s": rec.finished_s - rec.sent_s,
         "max_itl_s": [x.max() if len(x) else np.nan for x in rec.itl_s],
+        "prefix_hit_tokens": rec.cached_tokens, "backend": rec.backend,
         "status": ["finished" if s == FINISHED else "error" for s in rec.status], "error": rec.error,
     })
 

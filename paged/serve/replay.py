@@ -20,17 +20,24 @@ from httpx_sse import EventSource
 
 from paged.workloads.workload import Workload
 
+BACKEND_HEADER = "x-paged-backend"  # a router's name for the backend that answered (`paged.serve.router`)
+
 PENDING, FINISHED, ERROR = 0, 1, 2
 LEAD_S = 0.05  # the first send is this far after the replay starts, so it is not late by the setup
 
 
 class Records:
     """One row per request, times in seconds from the replay's start; `itl_s[i]` holds the gaps
-    between request i's streamed chunks (a chunk is a token from vLLM and this project's server)."""
+    between request i's streamed chunks (a chunk is a token from vLLM and this project's server).
+    `cached_tokens[i]`: the prompt tokens the server found in its prefix cache, as its usage reports
+    them (`prompt_tokens_details.cached_tokens`; -1 when it does not); `backend[i]`: the backend a
+    router sent the request to (its `x-paged-backend` header; "" without a router)."""
 
     def __init__(self, n: int) -> None:
         self.scheduled_s, self.sent_s, self.first_token_s, self.finished_s = (np.full(n, np.nan) for _ in range(4))
         self.num_generated = np.zeros(n, dtype=np.int64)
+        self.cached_tokens = np.full(n, -1, dtype=np.int64)
+        self.backend = [""] * n
         self.status = np.full(n, PENDING, dtype=np.int8)
         self.itl_s = [np.zeros(0)] * n
         self.error = [""] * n
@@ -46,6 +53,7 @@ async def _one(client: httpx.AsyncClient, url: str, body: bytes, i: int, rec: Re
     try:
         async with client.stream("POST", f"{url}/v1/completions", content=body,
                                  headers={"content-type": "application/json"}) as r:
+            rec.backend[i] = r.headers.get(BACKEND_HEADER, "")
             if r.status_code != 200:
                 raise _Failed(f"HTTP {r.status_code}: {(await r.aread()).decode(errors='replace')[:200]}")
             async for event in EventSource(r).aiter_sse():
@@ -57,8 +65,9 @@ async def _one(client: httpx.AsyncClient, url: str, body: bytes, i: int, rec: Re
                     raise _Failed(f"error event: {json.dumps(chunk['error'])[:200]}")
                 if any(c.get("text") for c in chunk.get("choices") or ()):
                     times.append(clock() - t0)
-                if chunk.get("usage"):
-                    generated = chunk["usage"].get("completion_tokens")
+                if usage := chunk.get("usage"):
+                    generated = usage.get("completion_tokens")
+                    rec.cached_tokens[i] = (usage.get("prompt_tokens_details") or {}).get("cached_tokens", -1)
         if not done:
             raise _Failed("the stream ended before data: [DONE]")
     except Exception as e:  # whatever went wrong, the request is counted as an error

@@ -44,10 +44,11 @@ def merge(parts: list[Records], n: int) -> Records:
     out = Records(n)
     for part in parts:
         rows = np.flatnonzero(part.status != PENDING)
-        for name in ("scheduled_s", "sent_s", "first_token_s", "finished_s", "num_generated", "status"):
+        for name in ("scheduled_s", "sent_s", "first_token_s", "finished_s", "num_generated", "status",
+                     "cached_tokens"):
             getattr(out, name)[rows] = getattr(part, name)[rows]
         for i in rows:
-            out.itl_s[i], out.error[i] = part.itl_s[i], part.error[i]
+            out.itl_s[i], out.error[i], out.backend[i] = part.itl_s[i], part.error[i], part.backend[i]
     return out
 
 

@@ -77,6 +77,10 @@ class ResponseBuilder:
 
 
 def usage(outputs: list[RequestOutput]) -> dict:
+    """OpenAI's usage, with `prompt_tokens_details.cached_tokens` as vLLM reports it: the prompt
+    tokens each prompt found in the prefix cache when it was admitted (a client can then tell a
+    request's prefix hit from its latency's other causes)."""
     prompt = sum(len(o.prompt_token_ids) for o in outputs)
     completion = sum(len(c.token_ids) for o in outputs for c in o.outputs)
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
+            "prompt_tokens_details": {"cached_tokens": sum(o.metrics.num_cached_tokens for o in outputs)}}

@@ -2,24 +2,24 @@
 
     paged router --backend http://10.0.0.1:8000 --backend http://10.0.0.2:8000 --policy prefix_aware
 
-Each completion (`/v1/completions`, `/v1/chat/completions`) goes to the backend that the
-simulator's router of the same name chooses (`paged.core.routing`), over the same view of each
-replica: the requests this router has in flight there and its last scraped KV usage
-(`paged.serve.backends`); `prefix_aware` reads the prompt's chained block ids
-(`paged.serve.prefix_ids`); `kv_aware` matches a prompt's block hashes against what each
-backend's KV events say it caches (`paged.serve.kv_sync`, polled every `--kv-events-interval-s`;
-`--block-size` must be the backends'). A token-id prompt has its hashes as it is; a text or chat
-prompt only once cut into the engine's tokens, which takes the backends' tokenizer: with
-`--tokenizer MODEL` (and the backends' `--chat-template`, if they were given one) the router makes
-the ids as `paged serve` does (`paged.serve.router_tokens`); without it, kv_aware routes text
-and chat by load alone. Streams pass through event by
-event; a client that leaves, streamed or not, has its backend request closed, which the backend
-aborts. `/v1/models` comes from the first healthy backend; `/health` is 200 while one backend is
-in service (both answer HEAD too, for load balancers' probes); `/metrics` counts what the router
-did per backend (`paged.serve.router_metrics`); `/kv/view` shows kv_aware's view of each
-backend's cache. Clients' `Authorization` headers pass through to the backends, which check them;
-the router's own reads of the backends' KV events carry `--api-key` (the backends' key), which no
-client request ever gets.
+Each completion (`/v1/completions`, `/v1/chat/completions`) goes to the backend that the simulator's
+router of the same name chooses (`paged.core.routing`), over the same view of each replica: the
+requests this router has in flight there and its last scraped KV usage (`paged.serve.backends`);
+`prefix_aware` reads the prompt's chained block ids (`paged.serve.prefix_ids`); `kv_aware` matches a
+prompt's block hashes against what each backend's KV events say it caches (`paged.serve.kv_sync`,
+polled every `--kv-events-interval-s`; `--block-size` must be the backends'). A token-id prompt has
+its hashes as it is; a text or chat prompt only once cut into the engine's tokens, which takes the
+backends' tokenizer: with `--tokenizer MODEL` (and the backends' `--chat-template`, if they were
+given one) the router makes the ids as `paged serve` does (`paged.serve.router_tokens`); without it,
+kv_aware routes text and chat by load alone. Streams pass through event by event; a client that
+leaves, streamed or not, has its backend request closed, which the backend aborts. Every relayed
+answer names its backend's URL in an `x-paged-backend` header (`paged bench serve --requests-csv`
+records it: the router's choices, request by request). `/v1/models` comes from the first healthy
+backend; `/health` is 200 while one backend is in service (both answer HEAD too, for load balancers'
+probes); `/metrics` counts what the router did per backend (`paged.serve.router_metrics`);
+`/kv/view` shows kv_aware's view of each backend's cache. Clients' `Authorization` headers pass
+through to the backends, which check them; the router's own reads of the backends' KV events carry
+`--api-key` (the backends' key), which no client request ever gets.
 
 Faults: every backend is probed each `--health-interval-s`; one that fails is taken out until it
 answers again. A request that cannot connect to its backend is retried on another, and so, once, is
@@ -60,6 +60,7 @@ from .errors import PROBED, error_events, error_response, install_error_handlers
 from .kv_sync import KVSync, follow
 from .prefix_ids import block_hashes, prefix_ids
 from .protocol import parse_json, read_body
+from .replay import BACKEND_HEADER
 from .router_metrics import RouterMetrics
 from .router_tokens import PromptTokens, read_chat_template
 from .server_process import check_listen_address
@@ -106,8 +107,8 @@ class RelayedStream(StreamingResponse):
     """A relayed event stream that closes its upstream even if its body never starts (the
     client left before the first byte): a generator's `finally` runs only once it has started."""
 
-    def __init__(self, events, close) -> None:
-        super().__init__(events, media_type="text/event-stream")
+    def __init__(self, events, close, headers: dict) -> None:
+        super().__init__(events, media_type="text/event-stream", headers=headers)
         self._close = close
 
     async def __call__(self, scope, receive, send) -> None:
@@ -212,15 +213,17 @@ class Forwarder:
             lease.release()
             await response.aclose()
 
+        named = {BACKEND_HEADER: backend.url}
         if response.status_code == 200 and response.headers.get("content-type", "").startswith("text/event-stream"):
-            return RelayedStream(self._events(backend, response, close), close)
+            return RelayedStream(self._events(backend, response, close), close, named)
         try:
             content = await response.aread()
         except httpx.HTTPError as e:
             return self._failed(backend, e, " mid-request")
         finally:
             await close()
-        return Response(content, response.status_code, media_type=response.headers.get("content-type"))
+        return Response(content, response.status_code, media_type=response.headers.get("content-type"),
+                        headers=named)
 
     async def _events(self, backend: Backend, response: httpx.Response, close):
         """The backend's events as they come; a stream cut before `[DONE]` ends with an error."""

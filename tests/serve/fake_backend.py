@@ -4,7 +4,9 @@
 
 It answers `/v1/completions` and `/v1/chat/completions` (streamed or not) with `max_tokens`
 tokens ("t0 t1 ..."), one each `--token-delay-s`, and names itself in every answer's
-`system_fingerprint`, so that a test sees which backend served a request through the router.
+`system_fingerprint`, so that a test sees which backend served a request through the router;
+its usage reports half of each prompt's tokens cached (`prompt_tokens_details.cached_tokens`), as
+its prefix-cache counters count them.
 `/metrics` exports what a vLLM-compatible server would (`vllm:kv_cache_usage_perc`,
 `vllm:num_requests_running`, the latency histograms and token and preemption counters that
 `paged doctor` reads); `/debug/kv` in the real server's layout (`paged.serve.debug_kv`). A test sets the
@@ -62,7 +64,8 @@ def create_app(name: str, model: str, token_delay_s: float, kv_usage: float, lea
         prompt_tokens = len(prompt) if isinstance(prompt, list) else len(str(prompt).split())
         queries.inc(prompt_tokens)
         hits.inc(prompt_tokens // 2)
-        usage_ = {"prompt_tokens": prompt_tokens, "completion_tokens": n, "total_tokens": prompt_tokens + n}
+        usage_ = {"prompt_tokens": prompt_tokens, "completion_tokens": n, "total_tokens": prompt_tokens + n,
+                  "prompt_tokens_details": {"cached_tokens": prompt_tokens // 2}}
         start = time.perf_counter()
 
         async def token(i: int) -> str:

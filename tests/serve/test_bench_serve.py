@@ -15,7 +15,7 @@ from paged.serve.prompts import PromptMaker
 from paged.workloads.workload import Workload, shared_prefix_workload
 from sim.cli import main as sim_main
 
-from .conftest import REPO, metric, wait_until
+from .conftest import REPO, metric, start_router, wait_router, wait_until
 
 AZURE_CONV = REPO / "traces" / "azure_llm_2023_conv.csv"
 
@@ -66,6 +66,25 @@ def test_summary_has_the_simulators_keys(backends, tmp_path, capsys):
     assert (np.diff(rows.arrival_s) >= 0).all()  # the schedule is the trace's, whoever sent each request
     assert (rows.num_generated == rows.num_output_tokens).all()  # ignore_eos and max_tokens: the trace's lengths
     assert (rows.num_prompt_tokens <= 599).all() and doc["workload"]["trace"] == str(azure_conv)
+    # the fake server reports half of each prompt cached; with no router in front, no backend is named
+    assert (rows.prefix_hit_tokens == rows.num_prompt_tokens // 2).all() and rows.backend.isna().all()
+
+
+def test_requests_csv_names_the_backend_a_router_chose(backends, procs, tmp_path, capsys):
+    """Through a round_robin router over two backends, shared by two worker processes: each row has
+    the backend that answered (the router's `x-paged-backend`), alternating as sent."""
+    started = backends(["b0", "b1"], "--token-delay-s", "0.002")
+    urls = [u for u, _ in started]
+    url, proc = start_router(procs, urls, "round_robin")
+    wait_router(procs, url, proc, urls)
+    csv = tmp_path / "requests.csv"
+    assert main(["--url", url, "--shared-prefix", "2,64,16,4", "--num-requests", "8", "--rate", "4", "--arrival",
+                 "constant", "--requests-csv", str(csv), "--no-progress", "--workers", "2"]) == 0
+    capsys.readouterr()
+    rows = pd.read_csv(csv)
+    assert (rows.status == "finished").all() and (rows.prefix_hit_tokens == rows.num_prompt_tokens // 2).all()
+    order = rows.sort_values("sent_s").backend.tolist()
+    assert set(order) == set(urls) and all(a != b for a, b in zip(order, order[1:])), order
 
 
 def test_errors_are_counted_when_the_server_dies_mid_run(backends, procs, tmp_path, capsys):

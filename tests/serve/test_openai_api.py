@@ -141,3 +141,21 @@ def test_debug_steps_pages_the_engines_steps(server, client, model_name):
     assert all(s["forward_s"] > 0 for s in steps["steps"])
     bad = server.get("/debug/steps", params={"since": -1})  # vLLM's 400 in OpenAI's shape, not FastAPI's 422
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "since"
+
+
+def test_usage_reports_the_prompt_tokens_found_cached(client, model_name):
+    """vLLM's `prompt_tokens_details.cached_tokens`: 0 for a prompt the cache has never seen, then
+    its full blocks but the last token's (which is always computed) for the same prompt again, streamed
+    or not; a prompt that shares only its first block hits that block."""
+    block = 16
+    prompt = list(range(200, 200 + 3 * block + 5))  # token ids the tiny vocabulary has, no other test sends
+    kwargs = {"model": model_name, "max_tokens": 2, "temperature": 0, "extra_body": IGNORE_EOS}
+    first = client.completions.create(prompt=prompt, **kwargs)
+    again = client.completions.create(prompt=prompt, **kwargs)
+    streamed = list(client.completions.create(prompt=prompt, stream=True, stream_options={"include_usage": True},
+                                              **kwargs))
+    forked = client.completions.create(prompt=prompt[:block] + [7] * (2 * block), **kwargs)
+    assert first.usage.prompt_tokens_details.cached_tokens == 0
+    assert again.usage.prompt_tokens_details.cached_tokens == 3 * block
+    assert streamed[-1].usage.prompt_tokens_details.cached_tokens == 3 * block
+    assert forked.usage.prompt_tokens_details.cached_tokens == block

@@ -75,6 +75,20 @@ def test_prefix_aware_keeps_a_prefix_on_one_backend(shared):
     assert served["ids"][0] != served["chat"][0], served
 
 
+def test_every_answer_names_the_backend_that_gave_it(shared):
+    """`x-paged-backend`, whole or streamed: the backend's URL, the one that answered."""
+    urls, url = shared["backends"], shared["round_robin"]
+    by_name = dict(zip(("b0", "b1", "b2"), urls))
+    for _ in range(3):
+        r = complete(url)
+        assert r.headers["x-paged-backend"] == by_name[served_by(r)]
+    with httpx.stream("POST", f"{url}/v1/completions", timeout=30,
+                      json={"model": "fake-model", "prompt": "hi", "max_tokens": 2, "stream": True}) as r:
+        named = r.headers["x-paged-backend"]
+        first = json.loads(next(line for line in r.iter_lines() if line.startswith("data: "))[len("data: "):])
+    assert named == by_name[first["system_fingerprint"]]
+
+
 def test_least_kv_follows_the_scraped_kv_usage(shared):
     urls, url = shared["backends"], shared["least_kv"]
 
