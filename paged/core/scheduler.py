@@ -40,10 +40,9 @@ class Scheduler(BaseScheduler):
                              or cfg.max_num_batched_tokens)
         self._now = 0.0  # the time of the step being scheduled
         self._watermark_blocks = cache_config.watermark_blocks  # kept free at admission while anything runs
-        # Requests that joined the running set, ever, and the last (request, that count) for which
-        # no running request ranked below the request: while nobody joins, nobody can (see _pick_victim).
-        self._num_started = 0
-        self._no_victim_below: tuple[Request, int] | None = None
+        # The running request the policy values least, with its victim key, while known: kept as
+        # requests join the running set (`_start`), forgotten when it leaves it (see _pick_victim).
+        self._lowest: tuple[Request, tuple] | None = None
         # Whether each output lists its decode requests (`SchedulerOutput.decode_requests`): a driver
         # that samples them needs the list; one that only counts (the simulator) turns this off and
         # reads `num_decode_tokens`, saving a copy of the whole batch at every step (2.4% of a run).
@@ -66,6 +65,7 @@ class Scheduler(BaseScheduler):
     def _remove(self, req: Request) -> None:
         st = req.status
         if st == RUNNING:
+            self._stops_running(req)
             if req.decode_batch is not None:
                 self.decode.leave(req)
             else:
@@ -244,7 +244,16 @@ class Scheduler(BaseScheduler):
     def _start(self, req: Request) -> None:
         """A request joins the running set (admitted, swapped in, forked): a possible victim."""
         self.prefilling[req] = None
-        self._num_started += 1
+        lowest = self._lowest
+        if lowest is not None:
+            key = self.policy.victim_key(req)
+            if key > lowest[1]:
+                self._lowest = (req, key)
+
+    def _stops_running(self, req: Request) -> None:
+        """A request leaves the running set (finished, aborted, preempted)."""
+        if self._lowest is not None and self._lowest[0] is req:
+            self._lowest = None  # the next pick scans the batch
 
     def running_requests(self):
         return chain(self.decode.members, self.prefilling)
@@ -252,14 +261,19 @@ class Scheduler(BaseScheduler):
     def _pick_victim(self, lower_than: Request | None = None) -> Request | None:
         """The running request the policy values least; with `lower_than`, only if it ranks
         below that request (a request never preempts its betters)."""
-        if lower_than is not None and self._no_victim_below == (lower_than, self._num_started):
-            # Nobody ranked below it then and nobody joined since (victim keys never change): a
-            # running prefill that waits for room asks at every step, of a batch that only shrinks.
-            return None
         key = self.policy.victim_key
-        victim = max(self.running_requests(), key=key, default=None)
-        if victim is not None and lower_than is not None and (victim is lower_than or key(victim) <= key(lower_than)):
-            self._no_victim_below = (lower_than, self._num_started)
+        lowest = self._lowest
+        if lowest is None:
+            # A scan of the batch, only when the last one found left: a running prefill that waits
+            # for room asks at every step, and the scans were 2% of a run. Victim keys never change
+            # while a request runs, and no two are equal (`Request.seq`), so the lowest stays the
+            # lowest until it leaves or a lower one joins.
+            victim = max(self.running_requests(), key=key, default=None)
+            if victim is None:
+                return None
+            lowest = self._lowest = (victim, key(victim))
+        victim = lowest[0]
+        if lower_than is not None and (victim is lower_than or lowest[1] <= key(lower_than)):
             return None
         return victim
 
@@ -282,6 +296,7 @@ class Scheduler(BaseScheduler):
         """Preempt a running request (swap or recompute); returns the budget it gave back."""
         kv = self.kv
         gave = 0
+        self._stops_running(req)
         if req.decode_batch is not None:
             self.decode.leave(req)
             req.last_token_time = self._now  # its last decode step ended as this one is scheduled
