@@ -181,7 +181,7 @@ class Scheduler(BaseScheduler):
     def _next_queued(self) -> Request | None:
         """The better of the swapped head and the waiting head, by the policy's order."""
         w = self.waiting.peek()
-        sw = self.swapped.peek() if self.swapped else None
+        sw = self.swapped.peek() if self.swapped.num_requests else None
         if sw is None or w is None:
             return w if sw is None else sw
         key = self.policy.key
@@ -433,7 +433,8 @@ class Scheduler(BaseScheduler):
         dec = self.decode
         if self.prefilling or not dec.members:
             return 0
-        if (self.waiting or self.swapped) and not self._admission_blocked and not self._head_stays_blocked():
+        if ((self.waiting.num_requests or self.swapped.num_requests) and not self._admission_blocked
+                and not self._head_stays_blocked()):
             return 0
         k = dec.steps_to_next_finish()
         return dec.steps_with_blocks(self.kv.pool.num_free_blocks, k)
