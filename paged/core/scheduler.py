@@ -211,7 +211,7 @@ class Scheduler(BaseScheduler):
         ("blocks", blocks short) or ("budget", 0)."""
         kv = self.kv
         hits, num_hit = kv.get_computed_blocks(req)
-        num_tokens = req.num_tokens
+        num_tokens = req.num_prompt_tokens + req.num_output_base  # num_tokens of a request not decoding
         n = n_new = num_tokens - num_hit
         if n > budget:  # min(n_new, budget, threshold), without a call: every admission asks
             n = budget
@@ -362,7 +362,7 @@ class Scheduler(BaseScheduler):
                 continue  # aborted since the step was scheduled
             req.num_computed_base += n
             kv.cache_full_blocks(req, req.num_computed_base)
-            if req.num_computed_base < req.num_tokens:
+            if req.num_computed_base < req.num_prompt_tokens + req.num_output_base:  # num_tokens, not decoding
                 continue  # more prompt to go
             toks = sampled_tokens[req.request_id] if sampled_tokens is not None else None
             family = self._fork(req, toks) if (req.sampling_params.n > 1 and req.parent is None
