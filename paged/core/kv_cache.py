@@ -262,9 +262,10 @@ class KVCacheManager:
     def last_block_shared(self, request: Request) -> bool:
         """Whether the request's next token would be written into a block someone else holds."""
         table = self.tables.get(request.request_id)
+        if table.__class__ is not BlockTable or not table.blocks:  # none, or held by count: nobody shares it
+            return False
         pos = request.num_computed_tokens
-        return (bool(table) and pos % self.block_size != 0 and table.__class__ is BlockTable
-                and table.blocks[pos // self.block_size].ref_cnt > 1)
+        return pos % self.block_size != 0 and table.blocks[pos // self.block_size].ref_cnt > 1
 
     # -- swap ---------------------------------------------------------------------------------
     def swap_out(self, request: Request) -> list[tuple[int, int]] | None:
