@@ -141,9 +141,14 @@ class KVCacheManager:
               computed_blocks) -> tuple[int, int, bool, int]:
         """For an allocation to the request's `table`: (the first token written, new blocks, whether
         the block it lands in must be copied first, blocks taken from the free lists, cached hits
-        on free blocks included)."""
+        on free blocks included). Only a request outside the decode batch is planned (admitted,
+        prefilling, swapped in; a decode member's blocks come from `append_block`): its computed
+        tokens are its own count, read without the property (tens of thousands of plans a run)."""
+        if request.decode_batch is not None:
+            raise ValueError(f"request {request.request_id}: an allocation planned while it decodes; expected "
+                             "append_block for a decode member's blocks")
         bs = self.block_size
-        start = request.num_computed_tokens + len(computed_blocks) * bs
+        start = request.num_computed_base + len(computed_blocks) * bs
         # A partly filled block being written lives in the table (prefix hits are whole blocks).
         # References held only for copies in flight do not count: copies run before the forward.
         if table is None:

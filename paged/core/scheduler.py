@@ -457,9 +457,11 @@ class Scheduler(BaseScheduler):
             free = kv.pool.num_free_blocks - crossing - self._watermark_blocks
             if head.status == SWAPPED:
                 need = kv.num_swapped_blocks(head)
-            elif -(-(head.num_computed_tokens + head.num_tokens) // self.block_size) + 1 <= free:
+            elif -(-(head.num_computed_base + head.num_prompt_tokens + head.num_output_base)
+                   // self.block_size) + 1 <= free:
                 # It fits even if it needed a fresh block for every token and a copy-on-write one
                 # (the most `free_blocks_needed` can say): no need to plan it (most calls end here).
+                # (Its num_computed_tokens + num_tokens, from its own counts: a queued request.)
                 return False
             else:
                 hits, num_hit = kv.get_computed_blocks(head)
