@@ -76,8 +76,9 @@ class RequestLog:
             return
         index, *values = zip(*self._rows)
         rows = np.array(index, dtype=np.int64)
-        for name, column in zip(_RECORDED, values, strict=True):
-            getattr(self, name)[rows] = column
+        for name, values_of in zip(_RECORDED, values, strict=True):
+            column = getattr(self, name)  # values read straight into its dtype: no type discovery per value
+            column[rows] = np.fromiter(values_of, dtype=column.dtype, count=len(values_of))
         self._rows = []
 
 

@@ -191,7 +191,7 @@ class Replica:
         out = sched.schedule(now / TICKS_PER_S)
         if self.token_times is not None:  # after schedule(): who runs, admitted ones included
             self._count_outputs()
-        if out.is_empty and not out.preempted:
+        if not out.prefill_requests and out.is_empty and not out.preempted:  # (a list first: most full steps prefill)
             if sched.has_unfinished_requests() and out.next_wakeup is None:
                 raise RuntimeError(f"replica {self.index}: the scheduler has unfinished requests but scheduled "
                                    f"nothing and set no wakeup at t={now / TICKS_PER_S:.6f} s: {sched.stats()}")

@@ -33,7 +33,8 @@ BREAKDOWN_KEYS = ("non_attention", "attention", "lm_head", "communication", "ove
 
 
 class _Table:
-    """ticks(n) of a vectorised seconds function, n = 0, 1, 2, ...; n = 0 costs nothing."""
+    """ticks(n) of a vectorised seconds function, n = 0, 1, 2, ...; n = 0 costs nothing. Read with
+    `at(n)`, a plain method: a call through `__call__` costs twice as much, at every step."""
 
     __slots__ = ("fn", "ticks")
 
@@ -41,7 +42,7 @@ class _Table:
         self.fn = fn
         self.ticks: list[int] = [0]
 
-    def __call__(self, n: int) -> int:
+    def at(self, n: int) -> int:
         t = self.ticks
         if n >= len(t):
             hi = max(n + 1, 2 * len(t), 64)
@@ -90,7 +91,7 @@ class LayeredCostModel(CostModel):
         x5 = x3 + len(out.prefill_requests)
         tokens = x1 + x3
         t = (self._attention(x1, out.prefill_attention_pairs, x3, out.decode_context_sum, x5)
-             + self.non_attention(tokens) + self.lm_head(x5) + self.comm_per_token * tokens + self.fixed)
+             + self.non_attention.at(tokens) + self.lm_head.at(x5) + self.comm_per_token * tokens + self.fixed)
         swapped = len(out.blocks_to_swap_in) + len(out.blocks_to_swap_out)
         return t + self.swap_ticks_per_block * swapped if swapped else t
 
@@ -98,10 +99,10 @@ class LayeredCostModel(CostModel):
                         num_decode_tokens: int = 0, decode_context_sum: int = 0, num_seqs: int = 0,
                         num_swapped_blocks: int = 0) -> dict[str, int]:
         tokens = num_prefill_tokens + num_decode_tokens
-        parts = {"non_attention": self.non_attention(tokens),
+        parts = {"non_attention": self.non_attention.at(tokens),
                  "attention": self._attention(num_prefill_tokens, prefill_attention_pairs, num_decode_tokens,
                                               decode_context_sum, num_seqs),
-                 "lm_head": self.lm_head(num_seqs), "communication": self.comm_fixed + self.comm_per_token * tokens,
+                 "lm_head": self.lm_head.at(num_seqs), "communication": self.comm_fixed + self.comm_per_token * tokens,
                  "overhead": self.overhead, "swap": self.swap_ticks_per_block * num_swapped_blocks}
         return {**parts, "total": sum(parts.values())}
 
@@ -112,7 +113,7 @@ class LayeredCostModel(CostModel):
 
     def decode_lines(self, num_seqs: int, context_sum: int) -> list[tuple[int, int]]:
         B = num_seqs
-        const = self.non_attention(B) + self.lm_head(B) + self.comm_per_token * B + self.fixed
+        const = self.non_attention.at(B) + self.lm_head.at(B) + self.comm_per_token * B + self.fixed
         return [(a + const, b) for a, b in super().decode_lines(B, context_sum)]
 
 

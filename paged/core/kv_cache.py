@@ -141,9 +141,14 @@ class KVCacheManager:
               computed_blocks) -> tuple[int, int, bool, int]:
         """For an allocation to the request's `table`: (the first token written, new blocks, whether
         the block it lands in must be copied first, blocks taken from the free lists, cached hits
-        on free blocks included)."""
+        on free blocks included). Only a request outside the decode batch is planned (admitted,
+        prefilling, swapped in; a decode member's blocks come from `append_block`): its computed
+        tokens are its own count, read without the property (tens of thousands of plans a run)."""
+        if request.decode_batch is not None:
+            raise ValueError(f"request {request.request_id}: an allocation planned while it decodes; expected "
+                             "append_block for a decode member's blocks")
         bs = self.block_size
-        start = request.num_computed_tokens + len(computed_blocks) * bs
+        start = request.num_computed_base + len(computed_blocks) * bs
         # A partly filled block being written lives in the table (prefix hits are whole blocks).
         # References held only for copies in flight do not count: copies run before the forward.
         if table is None:
@@ -262,9 +267,10 @@ class KVCacheManager:
     def last_block_shared(self, request: Request) -> bool:
         """Whether the request's next token would be written into a block someone else holds."""
         table = self.tables.get(request.request_id)
+        if table.__class__ is not BlockTable or not table.blocks:  # none, or held by count: nobody shares it
+            return False
         pos = request.num_computed_tokens
-        return (bool(table) and pos % self.block_size != 0 and table.__class__ is BlockTable
-                and table.blocks[pos // self.block_size].ref_cnt > 1)
+        return pos % self.block_size != 0 and table.blocks[pos // self.block_size].ref_cnt > 1
 
     # -- swap ---------------------------------------------------------------------------------
     def swap_out(self, request: Request) -> list[tuple[int, int]] | None:

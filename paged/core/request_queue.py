@@ -24,17 +24,19 @@ class RequestQueue:
         self._counter = itertools.count()
         self._items: list[Request] = []  # dynamic order: the head last
         self._stale = False
-        self._len = 0
+        # Live members: a plain attribute that the scheduler's hot paths read (a truth test through
+        # __bool__ is a Python call, tens of thousands of times a run).
+        self.num_requests = 0
 
     def __len__(self) -> int:
-        return self._len
+        return self.num_requests
 
     def __bool__(self) -> bool:
-        return self._len > 0
+        return self.num_requests > 0
 
     def push(self, req: Request) -> None:
         req.status = self.status
-        self._len += 1
+        self.num_requests += 1
         if self.policy.static_order:
             heapq.heappush(self._heap, (*self.policy.key(req), next(self._counter), req))
         else:
@@ -62,7 +64,7 @@ class RequestQueue:
 
     def pop(self) -> Request:
         """Remove the head returned by the last `peek`."""
-        self._len -= 1
+        self.num_requests -= 1
         if self.policy.static_order:
             return heapq.heappop(self._heap)[-1]
         return self._items.pop()
@@ -72,9 +74,9 @@ class RequestQueue:
         In a heap, skipped members behind a head that cannot be admitted would stay as long as it
         waits: they are dropped for good once they outnumber the live ones. (A dynamic order drops
         them every step.)"""
-        self._len -= 1
+        self.num_requests -= 1
         heap = self._heap
-        if len(heap) > 2 * self._len:
+        if len(heap) > 2 * self.num_requests:
             heap[:] = [e for e in heap if e[-1].status == self.status and e[-1] is not req]
             heapq.heapify(heap)
 

@@ -40,10 +40,9 @@ class Scheduler(BaseScheduler):
                              or cfg.max_num_batched_tokens)
         self._now = 0.0  # the time of the step being scheduled
         self._watermark_blocks = cache_config.watermark_blocks  # kept free at admission while anything runs
-        # Requests that joined the running set, ever, and the last (request, that count) for which
-        # no running request ranked below the request: while nobody joins, nobody can (see _pick_victim).
-        self._num_started = 0
-        self._no_victim_below: tuple[Request, int] | None = None
+        # The running request the policy values least, with its victim key, while known: kept as
+        # requests join the running set (`_start`), forgotten when it leaves it (see _pick_victim).
+        self._lowest: tuple[Request, tuple] | None = None
         # Whether each output lists its decode requests (`SchedulerOutput.decode_requests`): a driver
         # that samples them needs the list; one that only counts (the simulator) turns this off and
         # reads `num_decode_tokens`, saving a copy of the whole batch at every step (2.4% of a run).
@@ -66,6 +65,7 @@ class Scheduler(BaseScheduler):
     def _remove(self, req: Request) -> None:
         st = req.status
         if st == RUNNING:
+            self._stops_running(req)
             if req.decode_batch is not None:
                 self.decode.leave(req)
             else:
@@ -181,7 +181,7 @@ class Scheduler(BaseScheduler):
     def _next_queued(self) -> Request | None:
         """The better of the swapped head and the waiting head, by the policy's order."""
         w = self.waiting.peek()
-        sw = self.swapped.peek() if self.swapped else None
+        sw = self.swapped.peek() if self.swapped.num_requests else None
         if sw is None or w is None:
             return w if sw is None else sw
         key = self.policy.key
@@ -211,7 +211,7 @@ class Scheduler(BaseScheduler):
         ("blocks", blocks short) or ("budget", 0)."""
         kv = self.kv
         hits, num_hit = kv.get_computed_blocks(req)
-        num_tokens = req.num_tokens
+        num_tokens = req.num_prompt_tokens + req.num_output_base  # num_tokens of a request not decoding
         n = n_new = num_tokens - num_hit
         if n > budget:  # min(n_new, budget, threshold), without a call: every admission asks
             n = budget
@@ -244,7 +244,16 @@ class Scheduler(BaseScheduler):
     def _start(self, req: Request) -> None:
         """A request joins the running set (admitted, swapped in, forked): a possible victim."""
         self.prefilling[req] = None
-        self._num_started += 1
+        lowest = self._lowest
+        if lowest is not None:
+            key = self.policy.victim_key(req)
+            if key > lowest[1]:
+                self._lowest = (req, key)
+
+    def _stops_running(self, req: Request) -> None:
+        """A request leaves the running set (finished, aborted, preempted)."""
+        if self._lowest is not None and self._lowest[0] is req:
+            self._lowest = None  # the next pick scans the batch
 
     def running_requests(self):
         return chain(self.decode.members, self.prefilling)
@@ -252,14 +261,19 @@ class Scheduler(BaseScheduler):
     def _pick_victim(self, lower_than: Request | None = None) -> Request | None:
         """The running request the policy values least; with `lower_than`, only if it ranks
         below that request (a request never preempts its betters)."""
-        if lower_than is not None and self._no_victim_below == (lower_than, self._num_started):
-            # Nobody ranked below it then and nobody joined since (victim keys never change): a
-            # running prefill that waits for room asks at every step, of a batch that only shrinks.
-            return None
         key = self.policy.victim_key
-        victim = max(self.running_requests(), key=key, default=None)
-        if victim is not None and lower_than is not None and (victim is lower_than or key(victim) <= key(lower_than)):
-            self._no_victim_below = (lower_than, self._num_started)
+        lowest = self._lowest
+        if lowest is None:
+            # A scan of the batch, only when the last one found left: a running prefill that waits
+            # for room asks at every step, and the scans were 2% of a run. Victim keys never change
+            # while a request runs, and no two are equal (`Request.seq`), so the lowest stays the
+            # lowest until it leaves or a lower one joins.
+            victim = max(self.running_requests(), key=key, default=None)
+            if victim is None:
+                return None
+            lowest = self._lowest = (victim, key(victim))
+        victim = lowest[0]
+        if lower_than is not None and (victim is lower_than or lowest[1] <= key(lower_than)):
             return None
         return victim
 
@@ -282,6 +296,7 @@ class Scheduler(BaseScheduler):
         """Preempt a running request (swap or recompute); returns the budget it gave back."""
         kv = self.kv
         gave = 0
+        self._stops_running(req)
         if req.decode_batch is not None:
             self.decode.leave(req)
             req.last_token_time = self._now  # its last decode step ended as this one is scheduled
@@ -347,7 +362,7 @@ class Scheduler(BaseScheduler):
                 continue  # aborted since the step was scheduled
             req.num_computed_base += n
             kv.cache_full_blocks(req, req.num_computed_base)
-            if req.num_computed_base < req.num_tokens:
+            if req.num_computed_base < req.num_prompt_tokens + req.num_output_base:  # num_tokens, not decoding
                 continue  # more prompt to go
             toks = sampled_tokens[req.request_id] if sampled_tokens is not None else None
             family = self._fork(req, toks) if (req.sampling_params.n > 1 and req.parent is None
@@ -418,7 +433,8 @@ class Scheduler(BaseScheduler):
         dec = self.decode
         if self.prefilling or not dec.members:
             return 0
-        if (self.waiting or self.swapped) and not self._admission_blocked and not self._head_stays_blocked():
+        if ((self.waiting.num_requests or self.swapped.num_requests) and not self._admission_blocked
+                and not self._head_stays_blocked()):
             return 0
         k = dec.steps_to_next_finish()
         return dec.steps_with_blocks(self.kv.pool.num_free_blocks, k)
@@ -441,9 +457,11 @@ class Scheduler(BaseScheduler):
             free = kv.pool.num_free_blocks - crossing - self._watermark_blocks
             if head.status == SWAPPED:
                 need = kv.num_swapped_blocks(head)
-            elif -(-(head.num_computed_tokens + head.num_tokens) // self.block_size) + 1 <= free:
+            elif -(-(head.num_computed_base + head.num_prompt_tokens + head.num_output_base)
+                   // self.block_size) + 1 <= free:
                 # It fits even if it needed a fresh block for every token and a copy-on-write one
                 # (the most `free_blocks_needed` can say): no need to plan it (most calls end here).
+                # (Its num_computed_tokens + num_tokens, from its own counts: a queued request.)
                 return False
             else:
                 hits, num_hit = kv.get_computed_blocks(head)

@@ -1,10 +1,11 @@
 """Scheduler properties over random workloads and configurations.
 
-After every step: the token budget and max_num_seqs hold, reference counts equal holders, and
+After every step: the token budget and max_num_seqs hold, reference counts equal holders,
 each running request's block table covers exactly ceil(num_computed_tokens / block_size)
-blocks. At the end: every request finished or was rejected with a reason (liveness, also
-under heavy preemption), every block is free again, chunked prefill added up to the prompt,
-FCFS admitted in arrival order, and preempted requests came back with the same tokens.
+blocks, and the victim the scheduler keeps between scans is the batch's lowest. At the end:
+every request finished or was rejected with a reason (liveness, also under heavy preemption),
+every block is free again, chunked prefill added up to the prompt, FCFS admitted in arrival
+order, and preempted requests came back with the same tokens.
 """
 from hypothesis import event, given, target
 from hypothesis import strategies as st
@@ -48,15 +49,23 @@ def run(cache, sched, specs, real_tokens, abort_at=()):
             if r.num_output_tokens == 0:  # a prompt chunk (not a step after a fork)
                 chunks[r.request_id] = chunks.get(r.request_id, 0) + n
         holders_match_ref_counts(s.kv)
+        lowest_is_the_batch_lowest(s)
         for r in s.update_from_output(out, sampled_for(out, real_tokens), float(t + 1)):
             if r.parent is not None:
                 reqs.append(r)
+        lowest_is_the_batch_lowest(s)
         for r in list(s.decode.members) + list(s.prefilling):
             assert len(s.kv.tables[r.request_id]) == -(-r.num_computed_tokens // cache.block_size)
         t += 1
         steps += 1
         assert steps < bound, "the scheduler stopped making progress"
     return s, reqs, chunks
+
+
+def lowest_is_the_batch_lowest(s) -> None:
+    """The victim `_pick_victim` keeps between scans, when it keeps one, is the one a scan finds."""
+    if s._lowest is not None:
+        assert s._lowest[0] is max(s.running_requests(), key=s.policy.victim_key)
 
 
 def check_end_state(s, reqs, chunks, cache, real_tokens):
