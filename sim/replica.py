@@ -200,7 +200,8 @@ class Replica:
             return None
         # (A step that only preempted still takes the per-step overhead, then the scheduler retries.)
         self._out = out
-        used = self.pool.num_used_blocks
+        pool = self.pool
+        used = pool.num_blocks - pool.num_free_blocks  # num_used_blocks inlined: read every step
         if used > self.peak_used_blocks:
             self.peak_used_blocks = used
         self._step_ticks = d = self.cost.step_ticks(out)
