@@ -51,8 +51,10 @@ class RequestLog:
         self.watch = None  # a sim.slo.SLOWatch, told of each request recorded
         self._rows: list[tuple] = []
 
-    def record(self, req: Request, replica: int, last_token_s: float | None, max_itl_s: float = np.nan) -> None:
-        """A request left (once: finished or rejected); a time it never reached stays NaN."""
+    def record(self, req: Request, replica: int, last_token_s: float | None, num_output_tokens: int,
+               max_itl_s: float = np.nan) -> None:
+        """A request left (once: finished or rejected); a time it never reached stays NaN.
+        The caller passes `req.num_output_tokens`, which it has read already (a property call)."""
         nan = np.nan
         last = nan if last_token_s is None else last_token_s
         arrival = req.arrival_time  # t / TICKS_PER_S for an integer tick t
@@ -62,7 +64,7 @@ class RequestLog:
         self._rows.append((int(req.request_id), max_itl_s, arrival,
                            nan if first_scheduled is None else first_scheduled,
                            nan if first_token is None else first_token, nan if finished is None else finished,
-                           last, req.num_output_tokens, req.num_preemptions,
+                           last, num_output_tokens, req.num_preemptions,
                            req.num_cached_tokens if req.num_cached_tokens > 0 else 0,
                            int(req.status), replica))
         if len(self._rows) >= _CHUNK:

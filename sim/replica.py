@@ -25,6 +25,7 @@ from itertools import accumulate
 
 import numpy as np
 
+from paged.core.request import FINISHED_STOPPED
 from paged.core.scheduler_base import BaseScheduler
 
 from .clock import TICKS_PER_S, Environment, to_ticks
@@ -107,8 +108,8 @@ class Replica:
         if self.timeseries.next_tick < now:
             self._sample(now)
         self.scheduler.add_request(req)
-        if req.is_finished:  # rejected: it can never run here
-            self.log.record(req, self.index, None)
+        if req.status >= FINISHED_STOPPED:  # rejected: it can never run here (is_finished inlined: every arrival)
+            self.log.record(req, self.index, None, req.num_output_tokens)
             return
         self.outstanding += 1
         if self.idle:
@@ -199,7 +200,8 @@ class Replica:
             return None
         # (A step that only preempted still takes the per-step overhead, then the scheduler retries.)
         self._out = out
-        used = self.pool.num_used_blocks
+        pool = self.pool
+        used = pool.num_blocks - pool.num_free_blocks  # num_used_blocks inlined: read every step
         if used > self.peak_used_blocks:
             self.peak_used_blocks = used
         self._step_ticks = d = self.cost.step_ticks(out)
@@ -238,7 +240,8 @@ class Replica:
             if self.token_times is not None:
                 self._record_token_times([now])
             self.longest_step.add(now, self._step_ticks)
-            nd = out.num_decode_requests  # tokens clients get: a static batch's padding slots give none
+            # tokens clients get: a static batch's padding slots give none (num_decode_requests inlined: every step)
+            nd = len(out.decode_requests) or out.num_decode_tokens
             if nd:
                 d = self._step_ticks
                 b = itl_bin(d)
@@ -252,11 +255,12 @@ class Replica:
                     self.log.itl_s[int(req.request_id)] = np.diff(np.array(times, dtype=np.int64)) / TICKS_PER_S
                 stall = self.longest_stall.pop(req.request_id, 0)
                 last = sched.last_token_time(req)
-                if req.num_output_tokens > 1:
+                gen = req.num_output_tokens
+                if gen > 1:
                     since = self.longest_step.since(to_ticks(req.first_token_time))
-                    record(req, index, last, (since if since > stall else stall) / TICKS_PER_S)
+                    record(req, index, last, gen, (since if since > stall else stall) / TICKS_PER_S)
                 else:
-                    record(req, index, last)
+                    record(req, index, last, gen)
             self.outstanding -= len(finished)
         if self.fast_path:
             self._k = sched.max_uniform_decode_steps()

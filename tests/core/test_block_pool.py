@@ -35,6 +35,17 @@ class BlockPoolMachine(RuleBasedStateMachine):
             self.holders.append(blocks)
         self.taken += n
 
+    @rule()
+    def allocate_one(self):
+        """The decode path's single block: None when none is free."""
+        free = self.pool.num_free_blocks
+        b = self.pool.allocate()
+        assert (b is None) == (free == 0)
+        if b is not None:
+            assert b.ref_cnt == 1 and b.block_hash is None
+            self.holders.append([b])
+            self.taken += 1
+
     @rule(n=st.integers(1, 4))
     def lend_plain(self, n):
         plain = self.pool.num_plain_free_blocks
@@ -87,11 +98,14 @@ class BlockPoolMachine(RuleBasedStateMachine):
             self.holders.append([b])
 
     @precondition(lambda self: any(b.ref_cnt == 0 for b in self.pool.blocks))
-    @rule()
-    def double_free_is_refused(self):
+    @rule(with_holder=st.booleans())
+    def double_free_is_refused(self, with_holder):
+        """Refused at the free block; a holder's blocks listed before it are freed all the same."""
         b = next(b for b in self.pool.blocks if b.ref_cnt == 0)
+        before = self.holders.pop() if with_holder and self.holders else []
+        self.given_back += sum(x.ref_cnt == 1 for x in before)
         with pytest.raises(RuntimeError, match="double free"):
-            self.pool.free([b])
+            self.pool.free([*reversed(before), b])
 
     @invariant()
     def ref_counts_equal_holders(self):
@@ -102,6 +116,8 @@ class BlockPoolMachine(RuleBasedStateMachine):
         assert [b.ref_cnt for b in self.pool.blocks] == counts
         assert self.pool.num_lent == sum(self.lent)
         assert self.pool.num_free_blocks == counts.count(0) - sum(self.lent) >= 0
+        # the free count is a counter kept by hand: it must match the free lists it counts
+        assert self.pool.num_free_blocks == len(self.pool.free_block_ids()) - self.pool.num_lent
         assert self.pool.free_block_ids() == {i for i, c in enumerate(counts) if c == 0}
         assert self.pool.num_plain_free_blocks == self.pool.num_free_blocks - sum(
             b.ref_cnt == 0 and b.block_hash is not None for b in self.pool.blocks)
