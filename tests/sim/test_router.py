@@ -1,4 +1,5 @@
 """Routers' decisions on hand-made replica states."""
+import copy
 from types import SimpleNamespace
 
 import pytest
@@ -88,17 +89,34 @@ def test_kv_aware_follows_what_replicas_report_not_what_it_sent():
 def test_kv_aware_counts_blocks_in_flight_at_the_replica_it_sent_them_to():
     """A conversation's next turn that arrives before its replica has reported the last turn's
     blocks stored goes to the same replica: the blocks sent there count as cached until the
-    replica reports them stored, for as many of its newest routings as it has outstanding."""
+    replica reports them stored, for as many of its newest routings as it has outstanding (while no
+    replica is idle: see the next test)."""
     r = make_router("kv_aware", 2, block_size=16, hash_id_block_size=512)
     turn1, turn2 = [5, 6, 7], [5, 6, 7, 8]  # 1,536 tokens, then 512 more
     assert r.route(req(turn1), replicas([0, 0])) == 0
-    assert r.route(req(turn2), replicas([1, 0])) == 0  # 1,536 tokens in flight beat one request
-    assert make_router("kv_aware", 2).route(req(turn2), replicas([1, 0])) == 1  # no record: the lightest
+    assert r.route(req(turn2), replicas([2, 1])) == 0  # 1,536 tokens in flight
+    assert make_router("kv_aware", 2).route(req(turn2), replicas([2, 1])) == 1  # no record: the lightest
     r.replica_events(0).blocks_stored(id_block_hashes(turn1, 512, 16, 96))  # turn 1 prefilled
     assert r.route(req(turn2 + [9]), replicas([1, 0])) == 0  # 96 blocks cached, 32 of turn 2's in flight
     assert set(r.views[0].in_flight) == set(id_block_hashes(turn2 + [9], 512, 16, 160, 96))
     # Both requests finished (none outstanding) without reporting turn 2's blocks: none in flight.
     assert r.route(req([1, 2]), replicas([0, 1])) == 0 and len(r.views[0].in_flight) == 64
+
+
+def test_kv_aware_sends_no_request_to_wait_behind_a_prefill_while_a_replica_is_idle():
+    """Blocks in flight at a replica are a prefill there still to do: while another replica is idle, a
+    request sharing them would only wait behind it, so they count as not cached. An 8k-token system prompt
+    on 8 H200s (probe grid): a request spilt to a replica and computed the prompt cold, the next ones, seeing
+    it in flight, queued behind that prefill (TTFT p99 0.25 s, least_outstanding 0.15 s). With no replica
+    idle every request queues anyway and the blocks count; once stored, they count as cached."""
+    r = make_router("kv_aware", 2, block_size=16, hash_id_block_size=512)
+    system = list(range(16))  # 8,192 tokens
+    assert r.route(req(system + [100]), replicas([0, 0])) == 0
+    none_idle = copy.deepcopy(r)
+    assert r.route(req(system + [101]), replicas([1, 0])) == 1  # replica 1 idle: no wait behind 0's prefill
+    assert none_idle.route(req(system + [101]), replicas([2, 1])) == 0  # 8,192 tokens in flight at 0
+    r.replica_events(0).blocks_stored(id_block_hashes(system, 512, 16, 512))  # replica 0 prefilled it
+    assert r.route(req(system + [102]), replicas([2, 0])) == 0  # cached: 8,192 tokens beat two requests
 
 
 def test_kv_aware_counts_a_waiting_requests_blocks_at_its_replica_though_evicted():
