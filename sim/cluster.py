@@ -43,6 +43,7 @@ class Cluster:
         self.workload = workload
         self.router = router
         self.progress = progress  # a tqdm bar, or None
+        self._progress_every = max(1, len(workload) // 200)  # arrivals per update of the bar
         last = float(workload.arrival_s[-1]) if len(workload) else 0.0
         if not last < MAX_TRACE_SPAN_S:
             raise ValueError(f"workload {workload.name!r} has arrivals until {last:.4g} s: the simulator's clock "
@@ -96,10 +97,8 @@ class Cluster:
     def _arrive(self, i: int, t: int) -> None:
         self.next_index = i + 1
         self._deliver(i, t)
-        if self.progress is not None:
-            every = max(1, self.num_requests // 200)
-            if (i + 1) % every == 0:
-                self.progress.update(every)
+        if self.progress is not None and (i + 1) % self._progress_every == 0:
+            self.progress.update(self._progress_every)
 
     def _arrive_due(self, now: int) -> None:
         """Pulled by a lone replica: every arrival due by `now` not yet delivered, in order."""

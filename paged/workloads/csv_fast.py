@@ -33,12 +33,12 @@ def read_plain_csv(path: Path, fmt: str, max_length: int, max_rows: int | None =
             text = f.read() if max_rows is None else "".join(islice(f, max_rows + 1))
     except (OSError, UnicodeDecodeError):
         return None
-    lines = text.rstrip("\r\n").split("\n")
+    # Read in text mode, every line ends in "\n" whatever the file used ("\r\n" or "\r"): universal newlines.
+    lines = text.rstrip("\n").split("\n")
     columns = FAST_FORMATS[fmt]
-    if [c.strip() for c in lines[0].rstrip("\r").split(",")] != list(columns) or len(lines) < 2:
+    if [c.strip() for c in lines[0].split(",")] != list(columns) or len(lines) < 2:
         return None
-    rows = [line.rstrip("\r").split(",") for line in lines[1:]] if "\r" in text else [
-        line.split(",") for line in lines[1:]]
+    rows = [line.split(",") for line in lines[1:]]
     if any(len(r) != len(columns) for r in rows):
         return None
     cols = list(zip(*rows))  # the rows turned into columns, in C

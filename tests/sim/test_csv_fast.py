@@ -40,6 +40,18 @@ def test_irregular_files_go_to_pandas(tmp_path):
         read_trace(p)
 
 
+@pytest.mark.parametrize("newline", ["\r\n", "\r"])
+def test_windows_and_old_mac_line_ends_read_as_plain_ones(traces, tmp_path, newline):
+    """The file is read in text mode (universal newlines): "\r\n" and "\r" lines give the columns "\n" ones do."""
+    lines = (traces / "azure_llm_2023_conv.csv").read_text().splitlines()[:40]
+    plain, other = tmp_path / "lf.csv", tmp_path / "other.csv"
+    plain.write_bytes(("\n".join(lines) + "\n").encode())
+    other.write_bytes((newline.join(lines) + newline).encode())
+    want, got = read_plain_csv(plain, "azure", MAX_LENGTH), read_plain_csv(other, "azure", MAX_LENGTH)
+    assert want is not None and got is not None
+    assert all(np.array_equal(a, b) for a, b in zip(want, got, strict=True))
+
+
 @given(st.lists(st.tuples(st.datetimes(datetime(2000, 1, 1), datetime(2030, 12, 31)), st.integers(0, 9),
                           st.sampled_from(" T")), min_size=1, max_size=30),
        st.integers(0, 9))
