@@ -21,6 +21,13 @@ Figures are the vendors' dense (no sparsity) datasheet numbers:
 - MI300X: AMD Instinct MI300X datasheet: 1,307 TFLOP/s FP16 dense (2,615 with sparsity), 163.4
   TFLOP/s FP32 vector, 5.3 TB/s HBM3, 192 GB, 7 Infinity Fabric links of 128 GB/s (64 each way:
   448 GB/s each way to the other seven of an 8-GPU platform), PCIe Gen5; 304 compute units.
+Thread block clusters (`cta_cluster`): GPUs of compute capability 9.0 and later (Hopper: H100, H200;
+Blackwell: B200) launch a GEMM's CTAs as clusters, and CUTLASS's sm90 tile scheduler rounds the tile
+grid up to a whole number of clusters along each mode (`get_tiled_cta_shape_mnl` in NVIDIA/cutlass,
+include/cutlass/gemm/kernel/tile_scheduler_params.h). A cluster of 2 along the token rows is taken: the
+two CTAs share (TMA-multicast) one tile of the weights (pairs along the weights' columns fit the H100's profiles
+worse: the README's cost models). Earlier GPUs (Ampere, Ada) and AMD have none: 1.
+Measured on the H100 only (`sim.calibrate`); the H200 and B200 follow the architecture, unchecked.
 PCIe Gen4 x16 moves 32 GB/s each way in theory, Gen5 64 GB/s. The "GB" of GPU memory in
 these datasheets are GiB (an A100-80GB reports 81,920 MiB).
 """
@@ -45,6 +52,7 @@ class HardwareSpec:
     interconnect_bandwidth: float  # bytes/s each way between GPUs of one tensor-parallel group
     pcie_bandwidth: float  # bytes/s each way between host and GPU (swap)
     num_sms: int = field(kw_only=True)  # SMs (AMD: compute units): a GEMM's tiles run in waves of these
+    cta_cluster: int = field(default=1, kw_only=True)  # row tiles launched as one cluster (see the module doc)
 
     @property
     def memory_bytes(self) -> int:
@@ -53,14 +61,14 @@ class HardwareSpec:
 
 HARDWARE: dict[str, HardwareSpec] = {h.name: h for h in (
     HardwareSpec("a100-80gb", 312 * TFLOP, 19.5 * TFLOP, 2039 * GB, 80, 300 * GB, 32 * GB, num_sms=108),
-    HardwareSpec("h100", 989 * TFLOP, 67 * TFLOP, 3350 * GB, 80, 450 * GB, 64 * GB, num_sms=132),
-    HardwareSpec("h200", 989 * TFLOP, 67 * TFLOP, 4800 * GB, 141, 450 * GB, 64 * GB, num_sms=132),
+    HardwareSpec("h100", 989 * TFLOP, 67 * TFLOP, 3350 * GB, 80, 450 * GB, 64 * GB, num_sms=132, cta_cluster=2),
+    HardwareSpec("h200", 989 * TFLOP, 67 * TFLOP, 4800 * GB, 141, 450 * GB, 64 * GB, num_sms=132, cta_cluster=2),
     HardwareSpec("rtx-4090", 165 * TFLOP, 82.6 * TFLOP, 1008 * GB, 24, 32 * GB, 32 * GB, num_sms=128),
     HardwareSpec("l4", 121 * TFLOP, 30.3 * TFLOP, 300 * GB, 24, 32 * GB, 32 * GB, num_sms=58),
     HardwareSpec("a40", 149.7 * TFLOP, 37.4 * TFLOP, 696 * GB, 48, 56 * GB, 32 * GB, num_sms=84),
     HardwareSpec("l40s", 362 * TFLOP, 91.6 * TFLOP, 864 * GB, 48, 32 * GB, 32 * GB, num_sms=142),
     HardwareSpec("a10g", 125 * TFLOP, 31.2 * TFLOP, 600 * GB, 24, 32 * GB, 32 * GB, num_sms=80),
-    HardwareSpec("b200", 2250 * TFLOP, 80 * TFLOP, 8000 * GB, 180, 900 * GB, 64 * GB, num_sms=148),
+    HardwareSpec("b200", 2250 * TFLOP, 80 * TFLOP, 8000 * GB, 180, 900 * GB, 64 * GB, num_sms=148, cta_cluster=2),
     HardwareSpec("mi300x", 1307 * TFLOP, 163.4 * TFLOP, 5300 * GB, 192, 448 * GB, 64 * GB, num_sms=304),
 )}
 

@@ -68,12 +68,19 @@ def test_hardware_spec_file(tmp_path):
     p.write_text(json.dumps(A100))
     hw = get_hardware(str(p))
     assert hw.name == "my-a100" and hw.peak_flops == HARDWARE["a100-80gb"].peak_flops and hw.num_sms == 108
+    assert hw.cta_cluster == 1  # optional: no thread block clusters unless the file says so
     # the same datasheet as the catalog's A100, but not the A100 the profiles measured: datasheet constants
     mine, fitted = (step_breakdown("llama-2-7b", h, num_prefill_tokens=1024) for h in (str(p), "a100-80gb"))
     assert mine["total"] == pytest.approx(fitted["total"], rel=0.15) and mine["total"] != fitted["total"]
     p.write_text(json.dumps({k: v for k, v in A100.items() if k != "num_sms"} | {"tflops": 1}))
     with pytest.raises(ValueError, match=r"unknown \['tflops'\], missing \['num_sms'\]: expected keys"):
         get_hardware(str(p))
+    p.write_text(json.dumps(A100 | {"cta_cluster": 2}))
+    assert get_hardware(str(p)).cta_cluster == 2
+    for bad in (0, 1.5, True):
+        p.write_text(json.dumps(A100 | {"cta_cluster": bad}))
+        with pytest.raises(ValueError, match=rf"cta_cluster={bad!r}: expected an integer >= 1"):
+            get_hardware(str(p))
     p.write_text(json.dumps(A100 | {"memory_bandwidth_gbs": -1}))
     with pytest.raises(ValueError, match=r"memory_bandwidth_gbs=-1: expected numbers > 0"):
         get_hardware(str(p))
