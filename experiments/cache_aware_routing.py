@@ -53,9 +53,9 @@ def traces(quick: bool) -> dict:
             "agentic": (conversation_workload(shrink(AGENTIC), seed=2, name="agentic"), 2048)}
 
 
-def run(workload, router: str, blocks: int) -> dict:
+def run(workload, router: str, blocks: int, config: SimConfig = CONFIG) -> dict:
     polled = {"router": "kv_aware", "kv_events_interval_s": READS_S}
-    result = simulate(workload, CONFIG, **(polled if router == POLLED else {"router": router}), num_gpu_blocks=blocks)
+    result = simulate(workload, config, **(polled if router == POLLED else {"router": router}), num_gpu_blocks=blocks)
     s, req = result.summary(), result.requests
     return {"router": router, "hit_rate": req.prefix_hit_tokens.sum() / req.num_prompt_tokens.sum(),
             "ttft_s_p50": s["ttft_s"]["p50"], "ttft_s_p99": s["ttft_s"]["p99"], "tpot_s_p99": s["tpot_s"]["p99"],

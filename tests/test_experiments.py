@@ -200,3 +200,17 @@ def test_an_out_folder_that_cannot_be_made_is_a_usage_error(tmp_path, capsys):
     assert e.value.code == 2
     assert f"--out {tmp_path / 'f'}: cannot make this folder (File exists); expected a folder path" in \
         capsys.readouterr().err
+
+
+def test_chat_past_saturation(tmp_path):
+    """Every seed x queue order x router has a row, on the same workload per seed; the ratio is the hit
+    rate over the yardstick; reading the replicas' caches catches more reuse than balancing load alone."""
+    table = run_quick("chat_past_saturation", tmp_path)
+    assert len(table) == 2 * 2 * 3 and set(table.policy) == {"fcfs", "lpm"}
+    assert set(table.router) == {"kv_aware", "kv_aware (events read every 0.25 s)", "least_outstanding"}
+    assert (table.groupby("seed").yardstick.nunique() == 1).all()
+    assert np.allclose(table.ratio, table.hit_rate / table.yardstick)
+    by = table.pivot_table(index=["seed", "policy"], columns="router", values="hit_rate")
+    assert (by.kv_aware > by.least_outstanding).all()
+    assert (table.num_finished == table.num_requests).all()
+    assert (tmp_path / "chat_past_saturation.png").exists()
