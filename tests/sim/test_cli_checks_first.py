@@ -63,6 +63,7 @@ def test_search_figure_format_and_shared_path_fail_before_searching(tmp_path, az
     (["--slo-tpot-p99", "0"], "argument --slo-tpot-p99: '0': expected a finite number > 0"),
     (["--workers", "0"], "--workers 0: expected at least 1"),
     (["--start-s", "-5"], "argument --start-s: '-5': expected a finite number >= 0"),
+    (["--hardware", "a100-80gb,h10"], "unknown hardware 'h10': known are"),
 ])
 def test_search_bad_values_are_named(azure_conv, capsys, no_search, argv, message):
     assert message in usage_error(capsys, search(azure_conv, *argv))
