@@ -67,3 +67,17 @@ def test_the_readmes_search_figure_reads_at_a_column_width(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error", SmallTextWarning)
         pareto_figure(pd.DataFrame(rows), tmp_path / "pareto.png")
+
+
+def test_the_small_text_warning_does_not_round_its_size_up_to_the_limit(tmp_path):
+    """6.96 points read "7.0 pt; expected at least 7": a warning that seemed to contradict itself."""
+    import matplotlib.pyplot as plt
+    import pytest
+
+    from sim.plots import SmallTextWarning, save
+
+    fig = plt.figure(figsize=(3.0, 1.0))
+    fig.text(0.5, 0.5, "small", fontsize=6.96)
+    with pytest.warns(SmallTextWarning, match=r"would be 6\.96 pt; expected at least 7$"):
+        save(fig, tmp_path / "f.png")
+    plt.close(fig)
