@@ -128,6 +128,8 @@ def test_a_swap_profile_that_cannot_be_read_is_named(tmp_path, azure_conv, capsy
     ("trace: x.csv\nmodel: [\n", "not valid YAML: while parsing a flow node expected the node content"),
     ("trace: x.csv\nslo_ttft_s: -1\n", "slo_ttft_s=-1: expected a finite number > 0"),
     ("trace: x.csv\nstart_s: -5\n", "start_s=-5: expected a finite number >= 0"),
+    ("trace: x.csv\nnum-requests: 5\nmodle: x\n",
+     "unknown option(s) ['modle', 'num-requests'] (did you mean model, num_requests?); known are"),
 ])
 def test_config_file_errors_are_one_line_in_the_options_words(tmp_path, capsys, body, message):
     cfg = tmp_path / "c.yaml"
