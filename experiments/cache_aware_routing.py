@@ -66,7 +66,8 @@ def table(quick: bool) -> pd.DataFrame:
     rows = []
     for name, (w, blocks) in traces(quick).items():
         bound = pooled_lru_hit_rate(w, blocks * CONFIG.replicas, CONFIG.block_size)
-        for router in (*ROUTERS, POLLED):
+        for router in (*ROUTERS, POLLED):  # a line as each run starts: the whole takes minutes
+            print(f"{name}, {len(w):,} requests: {router} ...", file=sys.stderr, flush=True)
             rows.append({"trace": name, "num_requests": len(w), "cache_blocks_per_replica": blocks,
                          **run(w, router, blocks), "yardstick": bound})
     df = pd.DataFrame(rows)

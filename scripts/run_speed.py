@@ -23,7 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
-COMMAND = ["-m", "sim", "run", "--trace", "traces/azure_llm_2023_conv.csv", "--model", "llama-2-7b",
+TRACE = "traces/azure_llm_2023_conv.csv"
+COMMAND = ["-m", "sim", "run", "--trace", TRACE, "--model", "llama-2-7b",
            "--hardware", "a100-80gb"]
 
 
@@ -41,11 +42,15 @@ def run_once(tree: Path, callgrind: bool) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("base", nargs="?", type=Path, help="a checkout to compare with (run interleaved)")
     parser.add_argument("-n", type=int, default=5, help="runs per checkout (default 5; 1 with --callgrind)")
     parser.add_argument("--callgrind", action="store_true", help="count instructions instead of seconds")
     args = parser.parse_args(argv)
+    if args.n < 1:
+        parser.error(f"-n {args.n}: expected runs per checkout >= 1")
+    if args.base and not (args.base / TRACE).is_file():  # now, not as a traceback after this checkout's first run
+        parser.error(f"base {args.base}: expected a checkout of this project (it has no {TRACE})")
     here = Path(__file__).resolve().parent.parent
     trees = {"current": here} | ({"base": args.base.resolve()} if args.base else {})
     n = 1 if args.callgrind and args.n == 5 else args.n

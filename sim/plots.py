@@ -139,7 +139,7 @@ def save(fig, path: str | Path) -> Path:
     pt = printed_text_pt(fig)
     if pt < MIN_PRINTED_PT - 1e-9:
         warnings.warn(f"{path}: printed a column ({COLUMN_WIDTH_IN} in) wide, its smallest text would be "
-                      f"{pt:.1f} pt; expected at least {MIN_PRINTED_PT:g}", SmallTextWarning, stacklevel=2)
+                      f"{pt:.2f} pt; expected at least {MIN_PRINTED_PT:g}", SmallTextWarning, stacklevel=2)
     return path
 
 

@@ -13,6 +13,15 @@ def deployment_name(row) -> str:
             f"seqs{row['max_num_seqs']}")
 
 
+def point_label(row, df) -> str:
+    """A deployment's name in the figure: without the router or max_num_seqs when every
+    deployment has the same (the table names them): labels short enough to stay in the panel."""
+    varies = {k: df[k].nunique() > 1 for k in ("router", "max_num_seqs")}
+    return " ".join([f"{row['hardware']} tp{row['tp']} x{row['replicas']}",
+                     *([row["router"]] if varies["router"] else []),
+                     *([f"seqs{row['max_num_seqs']}"] if varies["max_num_seqs"] else [])])
+
+
 def format_table(df) -> str:
     """One aligned line per deployment; infeasible ones say why."""
     lines = []
@@ -61,7 +70,7 @@ def pareto_figure(df, path=None):
     mid = (x[ok].min() + x[ok].max()) / 2
     for i in idx:  # each name on the side of its point towards the middle: inside the panel
         right = x[i] > mid
-        ax.annotate(deployment_name(df.loc[i]), (x[i], df.max_qps[i]), fontsize=7, xytext=(-3 if right else 3, -8),
+        ax.annotate(point_label(df.loc[i], df), (x[i], df.max_qps[i]), fontsize=7, xytext=(-3 if right else 3, -8),
                     textcoords="offset points", ha="right" if right else "left")
     ax.set_xlabel("cost (USD per hour)" if priced else "GPUs")
     ax.set_ylabel("max QPS within the SLOs")

@@ -35,19 +35,22 @@ def main(argv: list[str] | None = None) -> int:
                                                       "(python -m paged.engine bench --help)")
     prof = commands.add_parser("profile", help="measure step times for the simulator's profiled cost model")
     add_engine_args(prof, kv_cache_memory_bytes=1 << 30)  # room for the decode grid's larger points
-    prof.add_argument("--out", required=True)
+    prof.add_argument("--out", required=True, help="the profile (JSON) to write: python -m sim run --cost-model "
+                                                   "reads it, python -m sim fit reports its fit")
     d = ProfileGrid()
     for name in ("prefill_chunks", "prefill_contexts", "decode_batches", "decode_contexts", "mixed_batches",
                  "mixed_chunks"):
         prof.add_argument(f"--{name.replace('_', '-')}", type=_ints, default=getattr(d, name),
                           help=f"comma-separated (default {','.join(map(str, getattr(d, name)))})")
-    prof.add_argument("--mixed-context", type=int, default=d.mixed_context)
-    prof.add_argument("--repeats", type=int, default=d.repeats)
+    prof.add_argument("--mixed-context", type=int, default=d.mixed_context,
+                      help=f"the longest context of the decodes beside a prefill chunk (default {d.mixed_context})")
+    prof.add_argument("--repeats", type=int, default=d.repeats,
+                      help=f"timed runs of each step, after one warm-up run (default {d.repeats})")
     gen = commands.add_parser("generate", help="generate from one prompt")
     add_engine_args(gen)
-    gen.add_argument("--prompt", required=True)
-    gen.add_argument("--max-tokens", type=int, default=32)
-    gen.add_argument("--temperature", type=float, default=0.0)
+    gen.add_argument("--prompt", required=True, help="the prompt, as text (no chat template)")
+    gen.add_argument("--max-tokens", type=int, default=32, help="most tokens to generate (default 32)")
+    gen.add_argument("--temperature", type=float, default=0.0, help="0 is greedy (default 0)")
     args = parser.parse_args(argv)
 
     grid = None

@@ -274,8 +274,12 @@ class _Profiler:
 def profile(engine: LLMEngine, grid: ProfileGrid | None = None, log=sys.stderr) -> dict:
     """Measure the grid on the engine; returns the profile as a JSON-ready dict."""
     profiler = _Profiler(engine, grid or ProfileGrid())
+    # a line as each phase starts: together they take minutes, and printed nothing before
+    print(f"profile: prefilling all {engine.scheduler.cache_config.num_gpu_blocks:,} KV blocks ...", file=log)
     profiler.fill_cache()
     profiler.run()
+    print(f"profile: timing {len(profiler.pending)} steps, {profiler.grid.repeats + 1} rounds (one warm-up) ...",
+          file=log)
     profiler.time_all()
     for note in profiler.skipped:
         print(f"profile: skipped {note}", file=log)

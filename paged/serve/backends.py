@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import math
 from collections.abc import Callable
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -24,6 +25,13 @@ from .scrape import Scrape
 
 KV_USAGE_METRICS = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
 UNAVAILABLE = 1 << 40  # the outstanding requests a backend out of service shows the routers
+
+
+def is_server_url(url: str) -> bool:
+    """http(s)://HOST[:PORT]: checked where a URL is given, since a bare host:port fails only later
+    (a backend out of service forever, or httpx's "missing an 'http://' or 'https://' protocol")."""
+    parts = urlsplit(url)
+    return parts.scheme in ("http", "https") and bool(parts.hostname)
 
 
 class Backend:

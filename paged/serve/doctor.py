@@ -40,7 +40,7 @@ import httpx
 
 from paged import health
 
-from .backends import KV_USAGE_METRICS
+from .backends import KV_USAGE_METRICS, is_server_url
 from .scrape import Scrape, bucket_delta, histogram_quantile
 
 E2E = "vllm:e2e_request_latency_seconds"
@@ -207,6 +207,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--interval {args.interval}: expected seconds >= 0")
     if args.gpus < 1:
         p.error(f"--gpus {args.gpus}: expected at least 1")
+    if not is_server_url(args.url):
+        p.error(f"url {args.url}: expected a server's URL, such as http://127.0.0.1:8000")
     url = args.url.rstrip("/")
     try:
         before, after, interval_s, kv = read_server(url, args.interval, args.api_key)

@@ -43,7 +43,6 @@ import math
 import os
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from urllib.parse import urlsplit
 
 import httpx
 from fastapi import FastAPI, Request, Response
@@ -54,7 +53,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from paged.core.routing import DEFAULT_MAX_NUM_SEQS, ROUTERS, make_router
 
-from .backends import Backend, probe, watch
+from .backends import Backend, is_server_url, probe, watch
 from .disconnect import cancel_on_disconnect
 from .errors import PROBED, error_events, error_response, install_error_handlers
 from .kv_sync import KVSync, follow
@@ -360,8 +359,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     for url in args.backend:  # a typo here would only show as a backend out of service, forever
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
+        if not is_server_url(url):
             parser.error(f"--backend {url}: expected a server's URL, such as http://127.0.0.1:8000")
     for option in ("block_size", "max_num_seqs", "abort_after_failed_probes", "max_body_bytes"):
         if (value := getattr(args, option)) < 1:

@@ -53,6 +53,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     from paged.workloads.options import workload_from_args
     from paged.workloads.traces import detect_format
 
+    from ..hardware import get_hardware
     from ..models import get_model
     from ..plots import check_figure_format  # here, not at the top: `sim run` builds this parser too
     from ..prices import parse_prices
@@ -65,6 +66,8 @@ def cmd_search(args: argparse.Namespace) -> int:
         raise ValueError(f"--workers {args.workers}: expected at least 1 (or leave it out: one per core)")
     check_output_paths([("--json", args.json, ".json"), ("--plot", args.plot, ".png")])
     check_figure_format("--plot", args.plot)
+    for name in args.hardware:  # a misspelt GPU is named now, not after the other deployments' searches
+        get_hardware(name)
     if args.trace is not None and Path(args.trace).is_file() and args.rate is None and "lengths" == (
             detect_format(args.trace) if args.format == "auto" else args.format):
         args.rate = 1.0  # Poisson arrivals, which the search rescales

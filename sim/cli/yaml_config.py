@@ -6,6 +6,7 @@ line overrides the file.
 from __future__ import annotations
 
 import argparse
+import difflib
 from pathlib import Path
 
 from paged.workloads.options import WORKLOAD_KEYS, shared_prefix_arg
@@ -30,7 +31,9 @@ def load_yaml(path: str, parser: argparse.ArgumentParser, run: argparse.Argument
     known = set(SimConfig.field_names()) | set(WORKLOAD_KEYS) | set(OUTPUT_KEYS)
     unknown = sorted(set(cfg) - known)
     if unknown:
-        raise ValueError(f"{path}: unknown option(s) {unknown}; known are {sorted(known)}")
+        near = [m for k in unknown for m in difflib.get_close_matches(k.replace("-", "_"), known, n=1)]
+        hint = f" (did you mean {', '.join(near)}?)" if near else ""  # num-requests, as on the command line
+        raise ValueError(f"{path}: unknown option(s) {unknown}{hint}; known are {sorted(known)}")
     run.set_defaults(**{k: _yaml_value(path, k, v, run) for k, v in cfg.items()})
     return parser.parse_args(argv)
 

@@ -1,6 +1,8 @@
 """`python -m paged.engine profile` writes the profile format the simulator loads; `generate` prints text."""
 import json
 
+import pytest
+
 from paged.engine import LLM, SamplingParams
 from paged.engine.__main__ import main
 from paged.engine.profile import FEATURES, FORMAT
@@ -43,11 +45,29 @@ def test_generate_command(tiny_llama, capsys):
 
 def test_bench_is_a_command_too(capsys):
     """`python -m paged.engine bench` is the engine benchmark (`paged bench engine`), not an error."""
-    import pytest
-
     with pytest.raises(SystemExit) as e:
         main(["bench", "--help"])
     assert e.value.code == 0 and "--hf-batch-size" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         main(["--help"])
     assert "bench" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("command", ["generate", "profile"])
+def test_every_option_has_help(monkeypatch, capsys, command):
+    """As every option of `python -m sim` has: --prompt, --max-tokens, --temperature, --out, --mixed-context
+    and --repeats had none, so --help showed neither what they do nor their defaults."""
+    import argparse
+
+    parsers = []
+    parse_args = argparse.ArgumentParser.parse_args
+
+    def spy(self, *args, **kwargs):
+        parsers.append(self)
+        return parse_args(self, *args, **kwargs)
+
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", spy)
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    sub = next(a for a in parsers[0]._actions if isinstance(a, argparse._SubParsersAction)).choices[command]
+    assert not [a.option_strings for a in sub._actions if not a.help]

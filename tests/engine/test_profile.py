@@ -28,7 +28,7 @@ def profiled(engine, grid: ProfileGrid, timeout_s: float = 120.0) -> tuple[dict,
 
     class Log:
         def write(self, text):
-            notes.extend(line for line in text.splitlines() if line)
+            notes.extend(line for line in text.splitlines() if line.startswith("profile: skipped"))
 
     def work():
         try:
@@ -101,3 +101,15 @@ def test_every_kv_slot_is_written_before_anything_is_timed(engine):
     written = cache.ne(0).flatten(4).any(-1)  # [layers, 2, blocks, block_size]
     assert cache.shape[2] > 2 * grid.max_num_batched_tokens // cache.shape[3]  # the fill takes several steps
     assert written.all(), f"{int((~written).sum())} of {written.numel()} slots never written"
+
+
+def test_it_says_each_long_phase_as_it_starts(engine):
+    """`python -m paged.engine profile` runs for minutes: it printed nothing before its last line."""
+    import io
+
+    log = io.StringIO()
+    profile(engine, ProfileGrid(prefill_chunks=(16,), prefill_contexts=(0,), decode_batches=(1,), decode_contexts=(8,),
+                                mixed_batches=(1,), mixed_chunks=(16,), repeats=1), log=log)
+    lines = log.getvalue().splitlines()
+    assert lines[0] == f"profile: prefilling all {engine.scheduler.cache_config.num_gpu_blocks:,} KV blocks ..."
+    assert lines[1] == "profile: timing 2 steps, 2 rounds (one warm-up) ..."

@@ -10,8 +10,9 @@ import httpx
 import numpy as np
 import pandas as pd
 
-from paged.serve.bench_serve import main
+from paged.serve.bench_serve import main, summarize
 from paged.serve.prompts import PromptMaker
+from paged.serve.replay import FINISHED, Records
 from paged.workloads.workload import Workload, shared_prefix_workload
 from sim.cli import main as sim_main
 
@@ -39,6 +40,19 @@ def test_prompts_share_real_tokens_where_the_trace_shares_ids():
     make = PromptMaker(groups, 32000, 1000)
     p = [make(i) for i in range(4)]
     assert p[0][:32] == p[2][:32] and p[0][:32] != p[1][:32] and p[0][32:] != p[2][32:]
+
+
+def test_every_key_it_prints_is_documented():
+    """It prints "(every key: docs/summary_keys.md)", as `sim run` does: so the keys of its own are there too."""
+    rec = Records(1)
+    rec.status[:] = FINISHED
+    rec.scheduled_s[:], rec.sent_s[:], rec.first_token_s[:], rec.finished_s[:] = 0.0, 0.01, 0.1, 0.3
+    rec.num_generated[:] = 3
+    summary = summarize(Workload(np.array([0.0]), np.array([10]), np.array([3])), rec, 0.3, 1.0, 0.1)
+    doc = (REPO / "docs" / "summary_keys.md").read_text()
+    keys = [k for k, v in summary.items() for k in (k, *(v if k == "goodput" else ()))]
+    missing = [k for k in keys if f"`{k}`" not in doc]
+    assert not missing, f"docs/summary_keys.md does not explain {missing}"
 
 
 def test_summary_has_the_simulators_keys(backends, tmp_path, capsys):

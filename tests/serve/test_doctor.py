@@ -7,6 +7,7 @@ import math
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
+import pytest
 
 from paged.serve.doctor import main, run_checks
 from paged.serve.scrape import Scrape, histogram_quantile
@@ -76,6 +77,14 @@ def test_an_unreachable_server_is_exit_status_2(capsys):
 
     assert main([f"http://127.0.0.1:{free_port()}", "--interval", "0"]) == 2
     assert "cannot read" in capsys.readouterr().err
+
+
+def test_a_url_without_its_scheme_is_named(capsys):
+    """127.0.0.1:8000 got httpx's "Request URL is missing an 'http://' or 'https://' protocol"."""
+    with pytest.raises(SystemExit) as e:
+        main(["127.0.0.1:8000"])
+    assert e.value.code == 2
+    assert "url 127.0.0.1:8000: expected a server's URL, such as http://127.0.0.1:8000" in capsys.readouterr().err
 
 
 def test_against_the_real_server_it_reads_every_check_and_a_leak(server, model_name, capsys):

@@ -63,6 +63,7 @@ def test_search_figure_format_and_shared_path_fail_before_searching(tmp_path, az
     (["--slo-tpot-p99", "0"], "argument --slo-tpot-p99: '0': expected a finite number > 0"),
     (["--workers", "0"], "--workers 0: expected at least 1"),
     (["--start-s", "-5"], "argument --start-s: '-5': expected a finite number >= 0"),
+    (["--hardware", "a100-80gb,h10"], "unknown hardware 'h10': known are"),
 ])
 def test_search_bad_values_are_named(azure_conv, capsys, no_search, argv, message):
     assert message in usage_error(capsys, search(azure_conv, *argv))
@@ -127,6 +128,8 @@ def test_a_swap_profile_that_cannot_be_read_is_named(tmp_path, azure_conv, capsy
     ("trace: x.csv\nmodel: [\n", "not valid YAML: while parsing a flow node expected the node content"),
     ("trace: x.csv\nslo_ttft_s: -1\n", "slo_ttft_s=-1: expected a finite number > 0"),
     ("trace: x.csv\nstart_s: -5\n", "start_s=-5: expected a finite number >= 0"),
+    ("trace: x.csv\nnum-requests: 5\nmodle: x\n",
+     "unknown option(s) ['modle', 'num-requests'] (did you mean model, num_requests?); known are"),
 ])
 def test_config_file_errors_are_one_line_in_the_options_words(tmp_path, capsys, body, message):
     cfg = tmp_path / "c.yaml"

@@ -47,3 +47,37 @@ def test_every_figure_reads_at_a_column_width(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error", SmallTextWarning)
         plot(breakdowns("llama-2-7b", "a100-80gb", 1, "calibrated", 1024), "llama-2-7b", tmp_path / "b.png")
+
+
+def test_the_readmes_search_figure_reads_at_a_column_width(tmp_path):
+    """The README's search (a100-80gb,h100 x tp 1,2 x replicas 1,2,4, one router): its front's
+    seven labels, named in full, ran past the panel: its text printed under 7 points (6.98 on the real search)."""
+    import itertools
+    import warnings
+
+    import pandas as pd
+
+    from sim.plots import SmallTextWarning
+    from sim.search_report import pareto_figure
+
+    price, qps_per_gpu = {"a100-80gb": 5.12, "h100": 12.29}, {"a100-80gb": 4.6, "h100": 10.5}
+    rows = [{"hardware": hw, "tp": tp, "replicas": r, "router": "round_robin", "max_num_seqs": 256, "gpus": tp * r,
+             "usd_per_hour": price[hw] * tp * r, "max_qps": qps_per_gpu[hw] * tp * r * (1 + 0.02 * tp * r),
+             "feasible": True} for hw, tp, r in itertools.product(price, (1, 2), (1, 2, 4))]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SmallTextWarning)
+        pareto_figure(pd.DataFrame(rows), tmp_path / "pareto.png")
+
+
+def test_the_small_text_warning_does_not_round_its_size_up_to_the_limit(tmp_path):
+    """6.96 points read "7.0 pt; expected at least 7": a warning that seemed to contradict itself."""
+    import matplotlib.pyplot as plt
+    import pytest
+
+    from sim.plots import SmallTextWarning, save
+
+    fig = plt.figure(figsize=(3.0, 1.0))
+    fig.text(0.5, 0.5, "small", fontsize=6.96)
+    with pytest.warns(SmallTextWarning, match=r"would be 6\.96 pt; expected at least 7$"):
+        save(fig, tmp_path / "f.png")
+    plt.close(fig)
