@@ -17,7 +17,6 @@ from .cost_model import RooflineParams
 from .hardware import HardwareSpec, get_hardware
 from .models import ModelSpec, get_model
 from .step_cost import BREAKDOWN_KEYS, LayeredCostModel, attention_pieces, layered_parts, measured_attention_pieces
-from .vidur import find_profile, read_attention_profile, read_layer_profile
 
 VIDUR_PREFIX = "vidur:"
 DEFAULT_OVERHEAD_S = RooflineParams().step_overhead_s
@@ -36,6 +35,9 @@ def gpu_cost_model(spec: str, model: str | ModelSpec, hardware: str | HardwareSp
         layer = lambda n: layer_seconds(m, hw, tp, n, cal)  # noqa: E731
         source = f"calibrated ({'fitted' if hw.name in cal.gemm else 'datasheet'} constants for {hw.name})"
     elif spec.startswith(VIDUR_PREFIX):
+        # imported here: a run of the calibrated model never reads a profile (~4M instructions a start)
+        from .vidur import find_profile, read_attention_profile, read_layer_profile
+
         profile = read_layer_profile(find_profile(spec[len(VIDUR_PREFIX):], m, hw), m)
         profile.at(tp, 1)  # the TP degree must be profiled: fail now, not at the first step
         layer = lambda n: profile.at(tp, n)  # noqa: E731

@@ -23,20 +23,23 @@ def bin_value(b: int) -> float:
     return math.exp((b + 0.5) / _LOG_BIN)
 
 
-def add_window_to_histogram(hist: dict[int, int], lines: list[tuple[int, int]], n: int, weight: int) -> None:
+def add_window_to_histogram(hist: dict[int, int], lines: list[tuple[int, int]], n: int, weight: int) -> int:
     """Add steps 0..n-1, `weight` tokens each, to a log histogram {bin: tokens}. Durations never
-    decrease, so each bin holds a run of consecutive steps, found by bisection."""
-    last_bin = itl_bin(step_duration(lines, n - 1))
-    b = itl_bin(step_duration(lines, 0))
+    decrease, so each bin holds a run of consecutive steps, found by bisection. Returns the
+    window's longest step, the first or the last (worked out here anyway: the caller needs it)."""
+    first, last = step_duration(lines, 0), step_duration(lines, n - 1)
+    longest = first if first > last else last
+    last_bin = itl_bin(last)
+    b = itl_bin(first)
     if b == last_bin:  # the common case: the whole window within 1%
         hist[b] = hist.get(b, 0) + n * weight
-        return
+        return longest
     j = 0
     while j < n:
         b = itl_bin(step_duration(lines, j))
         if b == last_bin:
             hist[b] = hist.get(b, 0) + (n - j) * weight
-            return
+            return longest
         lo, hi = j, n - 1  # the last step in bin b lies in [lo, hi)
         while hi - lo > 1:
             mid = (lo + hi) // 2
@@ -46,3 +49,4 @@ def add_window_to_histogram(hist: dict[int, int], lines: list[tuple[int, int]], 
                 hi = mid
         hist[b] = hist.get(b, 0) + (lo - j + 1) * weight
         j = lo + 1
+    return longest

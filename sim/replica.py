@@ -220,10 +220,8 @@ class Replica:
             if self.token_times is not None:
                 durations = [step_duration(lines, j) for j in range(n)]
                 self._record_token_times(list(accumulate(durations, initial=now - sum(durations)))[1:])
-            add_window_to_histogram(self.itl_hist, lines, n, tokens)
-            # the envelope of lines is convex in the step: its longest step is the first or the last
-            first, last = step_duration(lines, 0), step_duration(lines, n - 1)
-            self.longest_step.add(now, first if first > last else last)
+            longest = add_window_to_histogram(self.itl_hist, lines, n, tokens)  # (it returns the longest step)
+            self.longest_step.add(now, longest)
         else:
             out, self._out = self._out, None
             # Tokens sampled outside the decode batch by requests that had tokens before (back

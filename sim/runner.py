@@ -136,7 +136,7 @@ def min_run_s(workload: Workload, config: SimConfig, cost: CostModel, cache: Cac
 
 
 @contextmanager
-def few_young_collections(threshold: int = 10_000):
+def few_young_collections(threshold: int = 100_000):
     """Collect the youngest generation every `threshold` net container allocations instead of
     CPython's 700, then restore the setting. A run keeps thousands of requests, block tables and
     row tuples alive at once and makes almost no cyclic garbage (one full collection in an Azure

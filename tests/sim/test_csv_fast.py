@@ -32,6 +32,11 @@ def test_irregular_files_go_to_pandas(tmp_path):
                 rows[:2] + ["2023-11-16 18:15:50,396.5,109"],  # not a whole number
                 rows[:2] + ["2023-11-16 18:15:50,,109"],  # an empty length
                 rows[:2] + ["2023-11-16 18:15:50,396,\uff11\uff10\uff19"],  # digits, but not ASCII ones
+                rows[:2] + ["2023-11-16 18:15:50,396,109,7"],  # a field too many
+                rows[:2] + ["2023-11-16 18:15:50,396"],  # a field short
+                rows[:1] + ["2023-11-16 18:15:46,374,44,2023-11-16 18:15:50", "396,109"],  # as many fields, in
+                # the wrong rows
+                rows[:2] + ["2023-11-16 18:15:50,396,99999999999999999999999"],  # past int64
                 [rows[0] + ",priority", rows[1] + ",1", rows[2] + ",2"]):  # an optional column
         p.write_text("\n".join(bad) + "\n")
         assert read_plain_csv(p, "azure", MAX_LENGTH) is None

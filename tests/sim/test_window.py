@@ -28,8 +28,9 @@ def test_closed_forms_match_stepping(lines, k, data):
 @given(lines_st, st.integers(1, 200), st.integers(1, 64))
 def test_histogram_of_a_window_matches_stepping(lines, n, weight):
     hist, want = {}, {}
-    add_window_to_histogram(hist, lines, n, weight)
+    longest = add_window_to_histogram(hist, lines, n, weight)
     for j in range(n):
         b = itl_bin(step_duration(lines, j))
         want[b] = want.get(b, 0) + weight
     assert hist == want
+    assert longest == max(step_duration(lines, j) for j in range(n))
