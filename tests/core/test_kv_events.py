@@ -4,11 +4,12 @@ holds for replica i equals the hashes replica i's pool caches, and routing picks
 computed from the pools themselves plus the blocks claimed, at the price per outstanding
 request the router has learnt, for the requests beyond the lightest replica's count plus its
 square root (while a replica is idle, the blocks still in flight at another count there as
-not cached); ties go to fewer outstanding, then fewer blocks in flight, then the replica routed to
-longest ago. The model keeps its own record of what was sent where: per replica, for the newest
-`min(outstanding, MAX_NUM_SEQS)` routings as of each routing, each routing's blocks (claimed: held
-there whatever the pool evicts since) and those of them the pool did not cache (in flight: leaving
-the record once the pool caches them), both gone on a reset; and the number of its latest routing.
+not cached); ties go to fewer outstanding (for a prompt no replica holds, fewer beyond that spread),
+then fewer blocks in flight, then the replica routed to longest ago. The model keeps its own record of
+what was sent where: per replica, for the newest `min(outstanding, MAX_NUM_SEQS)` routings as of each
+routing, each routing's blocks (claimed: held there whatever the pool evicts since) and those of them
+the pool did not cache (in flight: leaving the record once the pool caches them), both gone on a reset;
+and the number of its latest routing.
 Prompts routed before come back, computed by a pool or extended (a conversation's next turn), and the
 views purge expired claims at every chance (`MIN_COMPACT` lowered)."""
 import math
@@ -125,8 +126,11 @@ class KVEventsMachine(RuleBasedStateMachine):
             """While a replica is idle, blocks of the run still in flight are a prefill to wait behind: no hit."""
             return sum(h in self.in_flight(i) for h in hashes[:run(i)]) if min(loads) == 0 else 0
 
+        cold = not any(run(i) for i in range(2))  # held nowhere: within the spread, the count is no tie-break
+
         def score(i):
-            return (run(i) - waits(i) - price * max(0.0, loads[i] - even), -loads[i], -len(self.in_flight(i)),
+            excess = max(0.0, loads[i] - even)
+            return (run(i) - waits(i) - price * excess, -(excess if cold else loads[i]), -len(self.in_flight(i)),
                     -self.last[i], -i)
 
         want = max(range(2), key=score)

@@ -95,7 +95,7 @@ def test_kv_aware_counts_blocks_in_flight_at_the_replica_it_sent_them_to():
     turn1, turn2 = [5, 6, 7], [5, 6, 7, 8]  # 1,536 tokens, then 512 more
     assert r.route(req(turn1), replicas([0, 0])) == 0
     assert r.route(req(turn2), replicas([2, 1])) == 0  # 1,536 tokens in flight
-    assert make_router("kv_aware", 2).route(req(turn2), replicas([2, 1])) == 1  # no record: the lightest
+    assert make_router("kv_aware", 2).route(req(turn2), replicas([3, 1])) == 1  # no record: the lightest (3 > 1 + 1)
     r.replica_events(0).blocks_stored(id_block_hashes(turn1, 512, 16, 96))  # turn 1 prefilled
     assert r.route(req(turn2 + [9]), replicas([1, 0])) == 0  # 96 blocks cached, 32 of turn 2's in flight
     assert set(r.views[0].in_flight) == set(id_block_hashes(turn2 + [9], 512, 16, 160, 96))
@@ -166,6 +166,23 @@ def test_kv_aware_spreads_ties():
     assert r.route(req([3]), replicas([1, 0])) == 1  # 32 at 1
     assert r.route(req([4]), replicas([1, 1])) == 1  # the less prefill in flight, though routed to last
     assert r.route(req([5]), replicas([0, 0])) == 0  # none outstanding, none in flight: routed to longest ago
+
+
+def test_kv_aware_sends_a_prompt_held_nowhere_where_less_prefill_is_in_flight():
+    """A prompt no replica holds waits behind the prefill queued where it goes: among the replicas within the
+    lightest's count plus its square root (a count's own spread) it goes where fewer blocks are in flight, not
+    to the fewer outstanding. Cache-aware routing skews the counts: the replica holding the hot prefixes takes
+    many requests that bring little prefill. A prompt held somewhere keeps the count order, which evens the
+    counts out and keeps histories unpriced."""
+    r = make_router("kv_aware", 2, block_size=16, hash_id_block_size=512)
+    assert r.route(req([1, 2, 3, 4]), replicas([0, 0])) == 0  # 128 blocks in flight at 0
+    assert r.route(req([5]), replicas([1, 0])) == 1  # 32 at 1
+    held = copy.deepcopy(r)
+    assert r.route(req([6]), replicas([4, 5])) == 1  # 5 is within 4 + 2: the less prefill in flight
+    assert r.route(req([7]), replicas([4, 7])) == 0  # 7 is beyond it: priced
+    for i in (0, 1):
+        held.replica_events(i).blocks_stored(id_block_hashes([9], 512, 16, 32))
+    assert held.route(req([9, 10]), replicas([4, 5])) == 0  # cached at both: fewer outstanding
 
 
 def test_kv_aware_prices_a_request_at_the_prefill_it_brings():
