@@ -20,7 +20,7 @@ import sys
 from dataclasses import replace
 
 import pandas as pd
-from common import MOONCAKE, Verdict, outcome, parse_args, percent, report, write_csv, write_png
+from common import MOONCAKE, Verdict, outcome, percent, run_table_experiment
 
 from paged.serve.router import RouterConfig
 from paged.workloads.conversations import ConversationShape, conversation_workload
@@ -122,12 +122,7 @@ def verdicts(df: pd.DataFrame) -> list[Verdict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(NAME, __doc__.split("\n\n")[0], argv)
-    df = table(args.quick)
-    files = [write_csv(df, args.out, NAME), write_png(plot(df), args.out, NAME)]
-    print(df.to_string(index=False, float_format=lambda x: f"{x:.3g}"))
-    report(verdicts(df), args.out, files)
-    return 0
+    return run_table_experiment(NAME, __doc__, argv, table, plot, verdicts)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ from dataclasses import replace
 
 import pandas as pd
 from cache_aware_routing import CHAT, POLLED, run
-from common import Verdict, outcome, parse_args, percent, report, write_csv, write_png
+from common import Verdict, outcome, percent, run_table_experiment
 
 from paged.workloads.conversations import conversation_workload
 from paged.workloads.prefix_reuse import pooled_lru_hit_rate
@@ -97,12 +97,7 @@ def verdicts(df: pd.DataFrame) -> list[Verdict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(NAME, __doc__.split("\n\n")[0], argv)
-    df = table(args.quick)
-    files = [write_csv(df, args.out, NAME), write_png(plot(df), args.out, NAME)]
-    print(df.to_string(index=False, float_format=lambda x: f"{x:.3g}"))
-    report(verdicts(df), args.out, files)
-    return 0
+    return run_table_experiment(NAME, __doc__, argv, table, plot, verdicts)
 
 
 if __name__ == "__main__":

@@ -87,6 +87,17 @@ def report(verdicts: list[Verdict], out: Path, files: list[Path]) -> None:
     print("wrote " + ", ".join(str(f) for f in [*files, out / "verdicts.txt"]))
 
 
+def run_table_experiment(name: str, doc: str, argv: list[str] | None, table, plot, verdicts) -> int:
+    """An experiment that is one table: `table(quick)` -> DataFrame, then its CSV, its figure
+    (`plot(df)`), the table printed and its verdicts (`verdicts(df)`)."""
+    args = parse_args(name, doc.split("\n\n")[0], argv)
+    df = table(args.quick)
+    files = [write_csv(df, args.out, name), write_png(plot(df), args.out, name)]
+    print(df.to_string(index=False, float_format=lambda x: f"{x:.3g}"))
+    report(verdicts(df), args.out, files)
+    return 0
+
+
 def outcome(ok: bool, partly: bool = False) -> str:
     return "holds" if ok else "partly holds" if partly else "does not hold"
 
