@@ -20,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 import simpy
 
+from paged.core.hashing import extend_block_hashes
 from paged.core.request import Request, SamplingParams
 from paged.core.scheduler_base import BaseScheduler
 from paged.workloads.workload import Workload
@@ -42,6 +43,7 @@ class Cluster:
         self.env = env
         self.workload = workload
         self.router = router
+        self._routes_hashes = hasattr(router, "route_hashes")
         self.progress = progress  # a tqdm bar, or None
         self._progress_every = max(1, len(workload) // 200)  # arrivals per update of the bar
         last = float(workload.arrival_s[-1]) if len(workload) else 0.0
@@ -125,11 +127,24 @@ class Cluster:
 
     @staticmethod
     def _prompt_ids(req: Request) -> list[int] | None:
-        """The ids a router may read: a real router sees the prompt, never the answer to come."""
+        """The ids a router may read: a real router sees the prompt, never the answer to come, nor
+        what a client cut off it (`Workload.cap_lengths` keeps the ids of the whole prompt)."""
         ids = req.prefix_hash_ids
-        if ids is None or not req.hash_ids_cover_output:
-            return ids
+        if ids is None:
+            return None
         return ids[:-(-req.num_prompt_tokens // req.hash_id_block_size)]
+
+    def _route(self, req: Request) -> int:
+        """kv_aware gets the hashes of the prompt's full blocks, as the real router computes them from
+        the tokens and as the replica will register them (the same list: the replica reuses it), so it
+        claims nothing the replica will not store. From ids alone it would claim the whole of the last
+        id's chunk, past the prompt's end, and those blocks would stay in flight until they expired."""
+        router = self.router
+        if self._routes_hashes and req.prefix_hash_ids is not None:
+            block_size = router.block_size
+            return router.route_hashes(extend_block_hashes(req, block_size, req.num_prompt_tokens // block_size),
+                                       self.replicas)
+        return router.route(self._prompt_ids(req), self.replicas)
 
     def _deliver(self, i: int, t: int) -> None:
         w = self.workload
@@ -152,5 +167,5 @@ class Cluster:
         replicas = self.replicas
         for view in self._polled:
             view.deliver(t)
-        r = replicas[0] if len(replicas) == 1 else replicas[self.router.route(self._prompt_ids(req), replicas)]
+        r = replicas[0] if len(replicas) == 1 else replicas[self._route(req)]
         r.add(req, t)

@@ -375,28 +375,18 @@ class KVAware:
         return self.views[index]
 
     def route(self, prefix_ids, replicas) -> int:
-        """Hashes the prompt's blocks a chunk at a time (64, then 4x more), going on only while the
-        chunk's last block is held somewhere (cached or claimed): past a block no replica holds,
-        no replica's run can reach, so the rest would not change any score. The chosen replica
-        then gets all of the prompt's blocks claimed (the uncached in flight), hashed to the end."""
-        self._expire(replicas)
+        """The replica for a request whose prompt has these trace prefix ids, hashed as the replicas
+        will. It claims every block the ids name: a prompt that ends inside its last id's chunk
+        should come through `route_hashes` with its full blocks' hashes, as the simulator's cluster
+        sends them, or the rest of the chunk stays in flight until it expires."""
         if not prefix_ids:
+            self._expire(replicas)
             best = max(range(len(replicas)), key=lambda i: self._load_key(i, replicas[i].outstanding))
             self._send(best, ())
             return best
         total = len(prefix_ids) * self.hash_id_block_size // self.block_size
-        hashes: list[bytes] = []
-        n = min(total, 64)
-        while True:
-            hashes += id_block_hashes(prefix_ids, self.hash_id_block_size, self.block_size, n, len(hashes))
-            if n == total or not any(v.holds(hashes[-1]) for v in self.views):
-                break
-            n = min(total, 4 * n)
-        best = self._choose(hashes, total, replicas)
-        if len(hashes) < total:
-            hashes += id_block_hashes(prefix_ids, self.hash_id_block_size, self.block_size, total, len(hashes))
-        self._send(best, hashes)
-        return best
+        return self.route_hashes(id_block_hashes(prefix_ids, self.hash_id_block_size, self.block_size, total),
+                                 replicas)
 
     def route_hashes(self, block_hashes, replicas) -> int:
         """The replica for a request whose prompt's full blocks have these hashes, in order."""

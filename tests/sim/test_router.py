@@ -250,3 +250,28 @@ def test_kv_aware_keeps_short_chats_on_their_history():
     hit_rate = kv.requests.prefix_hit_tokens.sum() / kv.requests.num_prompt_tokens.sum()
     assert hit_rate >= 0.85 * pooled_lru_hit_rate(w, 2 * 1024, 16)
     assert kv.summary()["ttft_s"]["p99"] <= lo.summary()["ttft_s"]["p99"]
+
+
+def test_kv_aware_claims_in_a_run_only_the_blocks_replicas_store(monkeypatch):
+    """Prompts of 1,000 tokens named by 512-token trace ids end inside their second id's chunk: a
+    replica stores 62 full blocks of each, and kv_aware, which claims those 62, has none in flight
+    once they are stored. From the ids alone it claimed 64, and the two past the prompt's end stayed
+    in flight, counted as prefill to wait behind in its tie-breaks. The prompts were also cut
+    (`cap_lengths`) from 1,500 tokens: the ids of the part cut off are no claim either."""
+    import numpy as np
+
+    import sim.runner as runner
+    from sim import SimConfig, Workload, simulate
+
+    made = []
+    monkeypatch.setattr(runner, "make_router", lambda *a, **k: made.append(make_router(*a, **k)) or made[-1])
+    n = 6
+    w = Workload(np.arange(n) * 0.001, np.full(n, 1500), np.full(n, 50), prefix_index=np.arange(n),
+                 prefix_values=np.arange(3 * n), prefix_offsets=np.arange(0, 3 * n + 1, 3), hash_id_block_size=512,
+                 name="partial").cap_lengths(1001)
+    assert list(w.num_prompt_tokens) == [1000] * n
+    r = simulate(w, SimConfig(replicas=2, router="kv_aware", num_gpu_blocks=2048, max_model_len=2048))
+    assert len(r.requests) == n
+    views = made[0].views
+    assert sum(len(v.claims) for v in views) == 62 * n
+    assert all(not v.in_flight for v in views)
