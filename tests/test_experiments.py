@@ -216,3 +216,15 @@ def test_chat_past_saturation(tmp_path):
     assert (by.kv_aware > by.least_outstanding).all()
     assert (table.num_finished == table.num_requests).all()
     assert (tmp_path / "chat_past_saturation.png").exists()
+
+
+def test_chat_past_saturation_verdict_names_the_seeds_whose_tail_is_worse():
+    """A tail worse than least_outstanding's on one seed of two is reported on that seed, not on every one."""
+    exp = load("chat_past_saturation")
+    rows = [{"seed": seed, "policy": policy, "router": router, "ratio": 0.9, "ttft_s_p99": p99}
+            for policy in exp.POLICIES for seed in (1, 2)
+            for router, p99 in (("kv_aware", 10.0 + (seed == 2 and policy == "fcfs")), (exp.POLLED, 10.0),
+                                ("least_outstanding", 10.5))]
+    fcfs, lpm = exp.verdicts(pd.DataFrame(rows))
+    assert fcfs.outcome == "partly holds" and fcfs.headline.endswith("worse than least_outstanding on seed 2")
+    assert lpm.outcome == "holds" and lpm.headline.endswith("no worse than least_outstanding on every seed")
