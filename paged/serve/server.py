@@ -15,30 +15,39 @@ import os
 import sys
 
 from paged.engine.engine_args import add_engine_args, engine_kwargs
+from paged.help_formatter import HelpFormatter
 
 from .kv_events import DEFAULT_CAPACITY
 from .router_tokens import read_chat_template
 from .server_process import check_listen_address
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="paged serve", description=__doc__.split("\n\n")[0])
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="paged serve", description=__doc__.split("\n\n")[0],
+                                formatter_class=HelpFormatter)
     add_engine_args(p)
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--host", default="127.0.0.1", help="host name to listen on (0.0.0.0: every interface)")
+    p.add_argument("--port", type=int, default=8000, help="port number")
     p.add_argument("--api-key", default=os.environ.get("PAGED_API_KEY"),
-                   help="clients must send Authorization: Bearer KEY (default $PAGED_API_KEY; none: no check)")
+                   help="clients must send Authorization: Bearer KEY (default: $PAGED_API_KEY; none: no check)")
     p.add_argument("--served-model-name", nargs="+", default=None,
-                   help="the names clients use for the model (default: --model as given)")
+                   help="the model name(s) used in the API; the first is the one responses carry (default: "
+                        "--model as given)")
     p.add_argument("--max-waiting", type=int, default=None,
                    help="answer 503 + Retry-After to a request whose sequences (prompts x n) would take "
                         "the waiting ones past this many (default: no limit)")
-    p.add_argument("--max-body-bytes", type=int, default=4 << 20, help="larger request bodies get 413")
-    p.add_argument("--chat-template", default=None, help="a Jinja chat template, or a file holding one "
-                                                          "(default: the model's own)")
+    p.add_argument("--max-body-bytes", type=int, default=4 << 20, help="larger request bodies get 413, in bytes")
+    p.add_argument("--chat-template", default=None, help="the file path to the chat template, or the template "
+                                                          "itself (default: the model's own)")
     p.add_argument("--kv-events-capacity", type=int, default=DEFAULT_CAPACITY,
                    help="KV events kept for routers (GET /kv/events); one further behind resyncs from /kv/blocks")
-    p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"],
+                   help="log level for uvicorn")
+    return p
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = build_parser()
     args = p.parse_args(argv)
     if args.max_waiting is not None and args.max_waiting < 1:
         p.error(f"--max-waiting {args.max_waiting}: expected at least 1")
