@@ -13,13 +13,17 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import warnings
 
+from paged.engine.engine import KVCacheTooSmall, LLMEngine
 from paged.engine.engine_args import add_engine_args, engine_kwargs
 from paged.help_formatter import HelpFormatter
 
 from .kv_events import DEFAULT_CAPACITY
 from .router_tokens import read_chat_template
 from .server_process import check_listen_address
+
+LARGER_CACHE = "--kv-cache-memory-bytes on CPU, --gpu-memory-utilization on CUDA"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -58,6 +62,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def max_model_len_note(engine: LLMEngine, given: int | None) -> str:
+    """The startup log's word on max_model_len (as vLLM logs the one it uses): the value and where
+    it came from, since one left out may have been cut to what the KV cache holds."""
+    n = engine.scheduler.config.max_model_len
+    if given is not None:
+        return f"max_model_len={n} (--max-model-len)"
+    model_max, cache = engine.model_config.max_model_len, engine.scheduler.cache_config
+    if n == model_max:
+        return f"max_model_len={n}: the model's maximum (--max-model-len to lower it)"
+    return (f"max_model_len={n}: the model's maximum of {model_max} tokens, capped to what the KV cache holds "
+            f"({cache.num_gpu_blocks} blocks of {cache.block_size}; a larger cache: {LARGER_CACHE})")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     import uvicorn
@@ -69,10 +86,19 @@ def main(argv: list[str] | None = None) -> int:
     try:  # a bad address, template, model or engine option: one line naming it, exit 2, before uvicorn starts
         check_listen_address(args.host, args.port)
         template = read_chat_template(args.chat_template)
-        engine = AsyncLLM(args.model, **engine_kwargs(args))
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", KVCacheTooSmall)  # the engine's API goes on; a server refuses, as vLLM
+            engine = AsyncLLM(args.model, **engine_kwargs(args))
+    except KVCacheTooSmall as e:
+        print(f"paged serve: error: --max-model-len {e.max_model_len}: the KV cache holds {e.capacity} tokens "
+              f"({e.num_gpu_blocks} blocks of {e.block_size}), too few for one sequence that long; expected at most "
+              f"{e.capacity}, or a larger cache ({LARGER_CACHE}, --num-gpu-blocks)", file=sys.stderr)
+        return 2
     except (ValueError, OSError) as e:
         print(f"paged serve: error: {e}", file=sys.stderr)
         return 2
+    if args.log_level in ("info", "debug"):
+        print(f"INFO:     {max_model_len_note(engine.engine, args.max_model_len)}", file=sys.stderr, flush=True)
     settings = ServeSettings(served_model_names=args.served_model_name or [args.model], api_key=args.api_key,
                              max_waiting=args.max_waiting, max_body_bytes=args.max_body_bytes, chat_template=template,
                              kv_events_capacity=args.kv_events_capacity)
