@@ -27,6 +27,7 @@ FORBIDDEN = {
     "paged/metrics_summary.py": ("sim", "paged.engine", "paged.serve", "kernels", "simpy", *HEAVY),
     "paged/health.py": ("sim", "paged.engine", "paged.serve", "kernels", "simpy", *HEAVY),
     "paged/output_paths.py": ("sim", "paged.engine", "paged.serve", "kernels", "simpy", *HEAVY),
+    "paged/help_formatter.py": ("sim", "paged.engine", "paged.serve", "kernels", "simpy", *HEAVY),
     "sim": ("paged.engine", "paged.serve", "kernels", "torch", "triton", "fastapi", "uvicorn", "starlette"),
     "paged/engine": ("sim", "paged.serve"),
     "kernels": ("paged", "sim"),

@@ -48,6 +48,18 @@ def is_int_array(x) -> bool:
     return getattr(x, "ndim", None) == 1 and getattr(getattr(x, "dtype", None), "kind", None) in ("i", "u")
 
 
+class KVCacheTooSmall(UserWarning):
+    """A max_model_len given larger than the KV cache holds. The engine keeps it, and no sequence
+    grows past the cache (tests shrink the cache so, to force preemption); `paged serve` makes
+    this warning an error and refuses to start, as vLLM does."""
+
+    def __init__(self, max_model_len: int, num_gpu_blocks: int, block_size: int) -> None:
+        self.max_model_len, self.num_gpu_blocks, self.block_size = max_model_len, num_gpu_blocks, block_size
+        self.capacity = capacity = num_gpu_blocks * block_size
+        super().__init__(f"max_model_len={max_model_len} exceeds the KV cache's {capacity} tokens ({num_gpu_blocks} "
+                         f"blocks of {block_size}): no sequence will grow past {capacity} tokens")
+
+
 class LLMEngine:
     def __init__(self, config: EngineConfig) -> None:
         self.config = config
@@ -60,7 +72,10 @@ class LLMEngine:
         mc = self.model_config
         max_model_len = config.max_model_len or mc.max_model_len
         if max_model_len > mc.max_model_len:
-            raise ValueError(f"max_model_len={max_model_len}: the model serves at most {mc.max_model_len} tokens")
+            where = "sliding_window" if mc.max_model_len < mc.max_position_embeddings else "max_position_embeddings"
+            raise ValueError(f"max_model_len={max_model_len} is greater than the model's maximum of {mc.max_model_len} "
+                             f"tokens ({where} in its config): expected at most {mc.max_model_len} (left out, "
+                             "it is the model's maximum)")
         chunked = config.enable_chunked_prefill
         max_tokens = config.max_num_batched_tokens or (
             DEFAULT_MAX_NUM_BATCHED_TOKENS if chunked else max(DEFAULT_MAX_NUM_BATCHED_TOKENS, max_model_len))
@@ -74,8 +89,7 @@ class LLMEngine:
             if config.max_model_len is None:
                 max_model_len = capacity
             else:
-                warnings.warn(f"max_model_len={max_model_len} exceeds the KV cache's {capacity} tokens: no sequence "
-                              f"will grow past {capacity} tokens", stacklevel=3)
+                warnings.warn(KVCacheTooSmall(max_model_len, num_gpu_blocks, config.block_size), stacklevel=3)
         num_cpu_blocks = config.num_cpu_blocks
         if num_cpu_blocks is None:
             num_cpu_blocks = int(config.swap_space * (1 << 30)) // block_bytes

@@ -43,8 +43,9 @@ class EngineConfig:
     in host memory (`paged.engine.swap_compression`).
 
     `max_model_len` defaults to what both the model and the KV cache hold. Given larger than the
-    cache (tests do, to force preemption), it is kept with a warning, and no sequence grows past
-    the cache: its output ends there with finish_reason "length". (vLLM refuses to start then.)
+    model's maximum, it is an error. Given larger than the cache (tests do, to force preemption),
+    it is kept with a warning (`KVCacheTooSmall`), and no sequence grows past the cache: its output
+    ends there with finish_reason "length". (vLLM refuses to start then, and so does `paged serve`.)
     """
 
     model: str

@@ -36,6 +36,7 @@ import httpx
 import numpy as np
 
 from paged.core.validation import is_power_of_two
+from paged.help_formatter import RawDescriptionHelpFormatter
 from paged.metrics_summary import format_summary, goodput, jsonable, stats_of, tpot
 from paged.output_paths import check_output_paths, make_parent
 from paged.workloads.options import add_workload_options, positive, workload_from_args
@@ -92,7 +93,7 @@ def requests_frame(workload: Workload, rec: Records):
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="paged bench serve", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                formatter_class=RawDescriptionHelpFormatter,
                                 epilog=__doc__.split("\n\n", 1)[1])
     p.add_argument("--url", required=True, help="the server (or router), e.g. http://127.0.0.1:8000")
     p.add_argument("--model", default=None, help="default: the first model of the server's /v1/models")
@@ -105,12 +106,13 @@ def build_parser() -> argparse.ArgumentParser:
     g = p.add_argument_group("output")
     g.add_argument("--json", default=None, help="write the summary (and the run's settings) as one JSON object")
     g.add_argument("--requests-csv", default=None, help="write the per-request records")
-    g.add_argument("--slo-ttft-s", type=positive, default=None, help="goodput: TTFT target")
-    g.add_argument("--slo-tpot-s", type=positive, default=None, help="goodput: TPOT target")
-    g.add_argument("--timeout-s", type=positive, default=600.0, help="longest wait for a byte of an answer")
+    g.add_argument("--slo-ttft-s", type=positive, default=None, help="goodput: TTFT target, in seconds")
+    g.add_argument("--slo-tpot-s", type=positive, default=None, help="goodput: TPOT target, in seconds")
+    g.add_argument("--timeout-s", type=positive, default=600.0,
+                   help="seconds of the longest wait for a byte of an answer")
     g.add_argument("--workers", type=int, default=1,
                    help="processes sharing the replay: one times about 10k streamed tokens/s (see replay_workers)")
-    g.add_argument("--no-progress", dest="progress_bar", action="store_false")
+    g.add_argument("--no-progress", dest="progress_bar", action="store_false", help="no progress bar")
     return p
 
 

@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 
 from paged.core.routing import ROUTERS
+from paged.help_formatter import HelpFormatter
 
 from .server_process import check_listen_address, free_port, wait_healthy
 
@@ -116,17 +117,22 @@ def _server_option(server_options: list[str], flag: str) -> str | None:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="paged launch", description=__doc__.split("\n\n")[0],
-                                epilog="Any other option is passed to every replica's server.")
-    p.add_argument("--model", required=True)
-    p.add_argument("--replicas", type=int, default=1)
+                                epilog="Any other option is passed to every replica's server.",
+                                formatter_class=HelpFormatter)
+    p.add_argument("--model", required=True, help="name or path of the model every replica serves (as paged "
+                                                   "serve --model takes it)")
+    p.add_argument("--replicas", type=int, default=1, help="number of engine servers behind the router")
     p.add_argument("--router", default="round_robin", choices=ROUTERS, help="the routing policy")
-    p.add_argument("--host", default="127.0.0.1", help="the router's address")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="host name the router listens on; the replicas listen on 127.0.0.1")
     p.add_argument("--port", type=int, default=8000, help="the router's port")
-    p.add_argument("--log-dir", default=None, help="default: a new temporary folder")
+    p.add_argument("--log-dir", default=None, help="folder of the replicas' and the router's logs (default: a new "
+                                                         "temporary folder)")
     p.add_argument("--server-command", default=f"{shlex.quote(sys.executable)} -m paged serve",
                    help="the command of one replica, before --model/--host/--port")
-    p.add_argument("--startup-timeout-s", type=float, default=600.0, help="for every replica to be healthy")
-    p.add_argument("--stop-timeout-s", type=float, default=10.0, help="SIGTERM to SIGKILL")
+    p.add_argument("--startup-timeout-s", type=float, default=600.0,
+                   help="seconds to wait for every replica to be healthy")
+    p.add_argument("--stop-timeout-s", type=float, default=10.0, help="seconds from SIGTERM to SIGKILL when stopping")
     return p
 
 

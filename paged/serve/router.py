@@ -52,6 +52,7 @@ from httpx_sse import EventSource
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from paged.core.routing import DEFAULT_MAX_NUM_SEQS, ROUTERS, make_router
+from paged.help_formatter import HelpFormatter
 
 from .backends import Backend, is_server_url, probe, watch
 from .disconnect import cancel_on_disconnect
@@ -315,24 +316,28 @@ def create_app(config: RouterConfig) -> FastAPI:
 
 def build_parser() -> argparse.ArgumentParser:
     d = RouterConfig([])
-    p = argparse.ArgumentParser(prog="paged router", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="paged router", description=__doc__.split("\n\n")[0],
+                                formatter_class=HelpFormatter)
     p.add_argument("--backend", action="append", required=True, metavar="URL",
                    help="an OpenAI-compatible server (repeat for each)")
-    p.add_argument("--policy", default=d.policy, choices=ROUTERS)
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8080)
+    p.add_argument("--policy", default=d.policy, choices=ROUTERS, help="the routing policy")
+    p.add_argument("--host", default="127.0.0.1", help="host name to listen on (0.0.0.0: every interface)")
+    p.add_argument("--port", type=int, default=8080, help="port number")
     p.add_argument("--block-size", type=int, default=d.block_size,
                    help="prefix_aware: tokens (characters, for text prompts) per prefix id; kv_aware: the "
                         "backends' --block-size")
-    p.add_argument("--health-interval-s", type=float, default=d.health_interval_s)
-    p.add_argument("--health-timeout-s", type=float, default=d.health_timeout_s)
-    p.add_argument("--connect-timeout-s", type=float, default=d.connect_timeout_s)
+    p.add_argument("--health-interval-s", type=float, default=d.health_interval_s,
+                   help="seconds between two probes of each backend's /health")
+    p.add_argument("--health-timeout-s", type=float, default=d.health_timeout_s,
+                   help="seconds a probe (and a read of KV events) may take before it counts as failed")
+    p.add_argument("--connect-timeout-s", type=float, default=d.connect_timeout_s,
+                   help="seconds to connect to a backend before the request goes to another")
     p.add_argument("--read-timeout-s", type=float, default=d.read_timeout_s,
-                   help="longest wait between two reads from a backend")
+                   help="seconds of the longest wait between two reads from a backend")
     p.add_argument("--abort-after-failed-probes", type=int, default=d.abort_after_failed_probes,
                    help="fail the requests in flight on a backend after this many failed probes in a row")
     p.add_argument("--kv-events-interval-s", type=float, default=d.kv_events_interval_s,
-                   help="kv_aware: how often each backend's KV events are read")
+                   help="kv_aware: seconds between two reads of each backend's KV events")
     p.add_argument("--api-key", default=os.environ.get("PAGED_API_KEY"),
                    help="the backends' --api-key (default $PAGED_API_KEY), sent on the router's own requests to "
                         "them: kv_aware's reads of /kv/events and /kv/blocks. Clients' requests are passed on "
@@ -346,10 +351,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --tokenizer: the backends' --chat-template (a template or a file), if they have one")
     p.add_argument("--max-num-seqs", type=int, default=d.max_num_seqs,
                    help="prefix_aware: the backends' --max-num-seqs, which sizes how much more loaded than the "
-                        "lightest a prefix's backend may be (paged.core.routing.balance_threshold)")
+                        "lightest a prefix's backend may be: paged.core.routing.balance_threshold")
     p.add_argument("--max-body-bytes", type=int, default=d.max_body_bytes,
-                   help="larger request bodies get 413 (at least the backends' --max-body-bytes)")
-    p.add_argument("--log-level", default="warning")
+                   help="larger request bodies get 413, in bytes; at least the backends' --max-body-bytes")
+    p.add_argument("--log-level", default="warning", help="log level for uvicorn")
     return p
 
 

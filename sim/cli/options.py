@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 
+from paged.help_formatter import HelpFormatter
 from paged.workloads.options import add_workload_options, numbers, positive
 from paged.workloads.traces import REPO
 
@@ -17,16 +18,6 @@ from ..sim_config import ROUTERS, SimConfig
 from .search_command import add_search_parser
 
 OUTPUT_KEYS = ("json", "requests_csv", "timeseries_csv", "plot", "slo_ttft_s", "slo_tpot_s", "progress_bar")
-
-
-class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """Each option's default after its help, except where there is none to show (None or "":
-    the help says what happens then; a switch: it is off) or the help names it already."""
-
-    def _get_help_string(self, action: argparse.Action) -> str:
-        if action.default in (None, "") or isinstance(action.default, bool) or "(default" in (action.help or ""):
-            return action.help
-        return super()._get_help_string(action)
 
 
 def add_sim_options(p: argparse.ArgumentParser) -> None:

@@ -70,6 +70,38 @@ def test_bench_cases_run():
     assert run_case("azure", 100, False, 5.0)["fast_path_steps"] == 0.0
 
 
+def test_bench_quick_gives_the_speed_up_with_its_spread_or_says_it_is_unmeasurable(monkeypatch, capsys):
+    """`sim bench --quick` printed one pair of 0.1 s runs' CPU-time ratio as the fast path's
+    speed-up (1.18x once, 0.93x another time, on the same code): noise. Here the cases' CPU times
+    are given: A100's runs vary about the same time, H100's stepping runs take twice as long."""
+    import itertools
+    import types
+
+    import sim.bench
+
+    cpu = {("azure", "1"): [0.12, 0.13, 0.12, 0.13, 0.12], ("azure", "0"): [0.13, 0.11, 0.14, 0.12, 0.12],
+           ("azure-h100", "1"): [0.14, 0.15, 0.14, 0.13, 0.14], ("azure-h100", "0"): [0.27, 0.28, 0.26, 0.27, 0.29]}
+    times = {k: iter(v) for k, v in cpu.items()}
+    calls = itertools.count()
+
+    def fake_case(argv, **_kwargs):
+        name, n, fast = argv[argv.index("--case") + 1:]
+        seconds = next(times[name, fast]) if name != "synthetic" else 0.5
+        next(calls)
+        row = {"case": name, "model": "m", "hardware": "h", "fast_path": fast == "1", "num_requests": int(n),
+               "cpu_s": seconds, "sim_req_per_s": 1, "sim_req_per_cpu_s": 1, "peak_mb": 1}
+        return types.SimpleNamespace(stdout=json.dumps(row) + "\n")
+
+    monkeypatch.setattr(sim.bench.subprocess, "run", fake_case)
+    assert sim.bench.main(["--quick"]) == 0
+    out = capsys.readouterr().out
+    assert ("fast path speed-up, 2,000 Azure requests on m / h: not measurable at this size: 0.85x to 1.17x over 5 "
+            "runs of each (median CPU time 0.12 s stepping, 0.12 s fast)") in out
+    assert ("fast path speed-up, 2,000 Azure requests on m / h: 1.93x in CPU time, 1.86x to 2.08x over 5 runs of each "
+            "(median CPU time 0.27 s stepping, 0.14 s fast)") in out
+    assert next(calls) == 22  # five runs of each Azure case, fast path on and off; two synthetic sizes
+
+
 def test_config_file_values_are_held_to_the_options_types(tmp_path, capsys):
     bad = tmp_path / "bad.yaml"
     for body, what in (('enable_prefix_caching: "false"\n', "enable_prefix_caching='false': expected true or false"),
