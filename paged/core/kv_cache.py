@@ -39,6 +39,9 @@ class KVCacheManager:
         self._pins: dict[int, int] = {}  # source block id -> references held for copies in flight
         self._cpu_releases: list[Block] = []  # host blocks being swapped in this step
         self.num_table_slots = 0  # slots of all block tables together (fragmentation's denominator)
+        # Tables that name their blocks (`BlockTable`); while there are none (a length-only trace),
+        # `append_blocks` only counts, without asking each table's class at every block boundary.
+        self.num_named_tables = 0
         self.prefix_cache_queries = 0  # tokens looked up, counted once per admission (as vLLM)
         self.prefix_cache_hits = 0
 
@@ -110,8 +113,11 @@ class KVCacheManager:
             return short
         bs = self.block_size
         if table is None:
-            table = self.tables[rid] = (BlockCount(bs) if not request.has_content and request.sampling_params.n == 1
-                                        else BlockTable(bs))
+            if not request.has_content and request.sampling_params.n == 1:
+                table = self.tables[rid] = BlockCount(bs)
+            else:
+                table = self.tables[rid] = BlockTable(bs)
+                self.num_named_tables += 1
         if table.__class__ is BlockCount:
             if num_new_blocks:
                 pool.lend(num_new_blocks)
@@ -191,23 +197,33 @@ class KVCacheManager:
         self.num_table_slots += self.block_size
         return True
 
-    def append_blocks(self, requests) -> bool:
-        """`append_block` for each of `requests` in turn, in one go; False, changing nothing, when
-        the plain free blocks do not cover them all (an eviction, or an empty pool, is then met
-        one block at a time by the caller)."""
-        pool, tables, n = self.pool, self.tables, len(requests)
+    def append_blocks(self, steps) -> bool:
+        """`append_block` for each request of each step in `steps` (collections of requests, in
+        order), in one go; False, changing nothing, when the plain free blocks do not cover them
+        all (an eviction, or an empty pool, is then met one block at a time by the caller). A
+        window of decode steps passes one collection per step: no flat list of its crossings."""
+        pool, tables = self.pool, self.tables
+        n = 0
+        for requests in steps:
+            n += len(requests)
         if not pool.lend_plain(n):
             return False
-        owned = []  # tables that hold particular blocks: theirs come off the lent ones
-        for req in requests:
-            table = tables[req.request_id]
-            if table.__class__ is BlockCount:
-                table.num_blocks += 1
-            else:
-                owned.append(table)
-        if owned:
-            for table, block in zip(owned, pool.materialize(len(owned))):
-                table.blocks.append(block)
+        if not self.num_named_tables:  # every table counts its blocks: one add per crossing (the hot loop)
+            for requests in steps:
+                for req in requests:
+                    tables[req.request_id].num_blocks += 1
+        else:
+            owned = []  # tables that hold particular blocks: theirs come off the lent ones
+            for requests in steps:
+                for req in requests:
+                    table = tables[req.request_id]
+                    if table.__class__ is BlockCount:
+                        table.num_blocks += 1
+                    else:
+                        owned.append(table)
+            if owned:
+                for table, block in zip(owned, pool.materialize(len(owned))):
+                    table.blocks.append(block)
         self.num_table_slots += n * self.block_size
         return True
 
@@ -249,6 +265,7 @@ class KVCacheManager:
                 self.pool.give_back(table.num_blocks)
             else:
                 self.pool.free(reversed(table.blocks))
+                self.num_named_tables -= 1
         cpu = self.cpu_tables.pop(request.request_id, None)
         if cpu is not None:
             self.cpu_pool.free(reversed(cpu))
@@ -259,6 +276,7 @@ class KVCacheManager:
         table = self.tables[parent.request_id]
         self.pool.touch(table.blocks)
         child_table = self.tables[child.request_id] = BlockTable(self.block_size, table.blocks)
+        self.num_named_tables += 1
         child_table.num_cached_blocks = table.num_cached_blocks
         self.num_table_slots += table.num_slots
         num_full = parent.num_computed_tokens // self.block_size
@@ -296,6 +314,7 @@ class KVCacheManager:
         del self.cpu_tables[request.request_id]
         self._cpu_releases.extend(reversed(cpu_blocks))  # the driver reads them this step
         self.tables[request.request_id] = BlockTable(self.block_size, gpu_blocks)
+        self.num_named_tables += 1
         self.num_table_slots += len(gpu_blocks) * self.block_size
         return mapping
 
@@ -309,6 +328,7 @@ class KVCacheManager:
         table = self.tables[rid]
         if table.__class__ is BlockCount:
             table = self.tables[rid] = BlockTable(self.block_size, self.pool.materialize(table.num_blocks))
+            self.num_named_tables += 1
         return table
 
     def lookup(self, request: Request, token_idx: int) -> tuple[int, int]:

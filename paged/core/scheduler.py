@@ -84,7 +84,7 @@ class Scheduler(BaseScheduler):
 
         # 1. Decode members crossing into a new block need one; preempt if the pool is empty.
         crossers = dec.crossers()
-        if crossers and not kv.append_blocks(crossers):
+        if crossers and not kv.append_blocks((crossers,)):
             for req in list(crossers):
                 if req.decode_batch is not dec:
                     continue  # preempted above to make room
@@ -495,7 +495,7 @@ class Scheduler(BaseScheduler):
             raise ValueError(f"advance_decode_steps({k}): a request finishes before the last step")
         kv, buckets, bs, clock = self.kv, dec.buckets, self.block_size, dec.clock
         n = len(dec.members)
-        if not kv.append_blocks([req for j in range(k) for req in buckets[(clock + j) % bs]]):
+        if not kv.append_blocks([buckets[(clock + j) % bs] for j in range(k)]):
             for j in range(k):  # one by one: evictions, or a pool that runs out (k was too many)
                 for req in buckets[(clock + j) % bs]:
                     if not kv.append_block(req):

@@ -11,7 +11,7 @@ import hypothesis.strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from paged import CacheConfig, KVCacheManager, Request
-from paged.core.block_table import BlockCount
+from paged.core.block_table import BlockCount, BlockTable
 
 BS = 4
 NUM_BLOCKS = 16
@@ -159,6 +159,7 @@ class KVMachine(RuleBasedStateMachine):
         assert self.kv.pool.num_lent == lent
         assert self.kv.num_free_blocks == counts.count(0) - lent
         assert self.kv.num_table_slots == sum(t.num_slots for t in self.kv.tables.values())
+        assert self.kv.num_named_tables == sum(isinstance(t, BlockTable) for t in self.kv.tables.values())
 
     @invariant()
     def tables_cover_exactly_the_computed_tokens(self):

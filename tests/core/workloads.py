@@ -4,7 +4,7 @@ import zlib
 import hypothesis.strategies as st
 
 from paged import CacheConfig, Request, RequestStatus, SamplingParams, SchedulerConfig
-from paged.core.block_table import BlockCount
+from paged.core.block_table import BlockCount, BlockTable
 from paged.core.scheduler import Scheduler
 
 MAX_MODEL_LEN = 64
@@ -84,6 +84,7 @@ def holders_match_ref_counts(kv) -> None:
     lent = sum(len(t) for t in kv.tables.values() if isinstance(t, BlockCount))  # length-only requests
     assert kv.pool.num_lent == lent
     assert kv.num_free_blocks == counts.count(0) - lent
+    assert kv.num_named_tables == sum(isinstance(t, BlockTable) for t in kv.tables.values())
 
 
 def new_scheduler(cache, sched):
