@@ -11,7 +11,6 @@ each 512-token id stands for 32 consecutive blocks.
 """
 from __future__ import annotations
 
-import hashlib
 from array import array
 
 from .request import Request
@@ -19,8 +18,22 @@ from .request import Request
 _ROOT = b"\x00" * 16
 
 
+_blake2b = None  # hashlib.blake2b, once `_load_blake2b` has imported it
+
+
 def _h(*parts: bytes) -> bytes:
-    return hashlib.blake2b(b"".join(parts), digest_size=16).digest()
+    return (_blake2b or _load_blake2b())(b"".join(parts), digest_size=16).digest()
+
+
+def _load_blake2b():
+    """hashlib, imported at the first hash rather than with the core: a run that never hashes (a
+    length-only trace, as the Azure ones) then never loads OpenSSL's hashes (~12M instructions,
+    a few ms, at every start)."""
+    global _blake2b
+    import hashlib
+
+    _blake2b = hashlib.blake2b
+    return _blake2b
 
 
 def hash_token_block(parent: bytes | None, token_ids, extra_keys: tuple = ()) -> bytes:

@@ -19,7 +19,6 @@ deadline `edf` serves by).
 from __future__ import annotations
 
 import csv
-import gzip
 import json
 import warnings
 from dataclasses import dataclass
@@ -105,6 +104,8 @@ def _open_text(path: Path):
     """The file as text, gzip-compressed when its name ends in .gz; a byte-order mark (as
     spreadsheet programs write) is not part of the header."""
     if path.suffix == ".gz":
+        import gzip  # here: most traces are plain text, and a run need not load zlib's modules
+
         return gzip.open(path, "rt", encoding="utf-8-sig")
     return open(path, encoding="utf-8-sig")
 

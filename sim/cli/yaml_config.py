@@ -6,7 +6,6 @@ line overrides the file.
 from __future__ import annotations
 
 import argparse
-import difflib
 from pathlib import Path
 
 from paged.workloads.options import WORKLOAD_KEYS, shared_prefix_arg
@@ -31,6 +30,8 @@ def load_yaml(path: str, parser: argparse.ArgumentParser, run: argparse.Argument
     known = set(SimConfig.field_names()) | set(WORKLOAD_KEYS) | set(OUTPUT_KEYS)
     unknown = sorted(set(cfg) - known)
     if unknown:
+        import difflib  # here: only a misspelt key needs it (~3M instructions a start otherwise)
+
         near = [m for k in unknown for m in difflib.get_close_matches(k.replace("-", "_"), known, n=1)]
         hint = f" (did you mean {', '.join(near)}?)" if near else ""  # num-requests, as on the command line
         raise ValueError(f"{path}: unknown option(s) {unknown}{hint}; known are {sorted(known)}")
