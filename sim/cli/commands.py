@@ -40,6 +40,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", RuntimeWarning)
         result = simulate(workload, config)
+    gc.freeze()  # the same for what the run leaves (its schedulers' blocks, the result): the exit's collection skips it
     for w in caught:
         print(f"warning: {w.message}", file=sys.stderr)
     summary = result.summary()
