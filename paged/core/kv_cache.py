@@ -157,11 +157,14 @@ class KVCacheManager:
         start = request.num_computed_base + len(computed_blocks) * bs
         # A partly filled block being written lives in the table (prefix hits are whole blocks).
         # References held only for copies in flight do not count: copies run before the forward.
+        # (A table's size read off its fields: len() of a table is a Python call made from C.)
         if table is None:
             have, cow = len(computed_blocks), False
+        elif table.__class__ is BlockCount:  # nobody shares its blocks: never a copy
+            have, cow = table.num_blocks + len(computed_blocks), False
         else:
-            have = len(table) + len(computed_blocks)
-            if start % bs and table.__class__ is BlockTable:
+            have = len(table.blocks) + len(computed_blocks)
+            if start % bs:
                 b = table.blocks[start // bs]
                 cow = b.ref_cnt - self._pins.get(b.block_id, 0) > 1
             else:
@@ -260,10 +263,11 @@ class KVCacheManager:
         """Release the request's device blocks, tail first (the end of a prefix evicts first)."""
         table = self.tables.pop(request.request_id, None)
         if table is not None:
-            self.num_table_slots -= table.num_slots
-            if table.__class__ is BlockCount:
+            if table.__class__ is BlockCount:  # (its slots without the num_slots property: a free per request)
+                self.num_table_slots -= table.num_blocks * self.block_size
                 self.pool.give_back(table.num_blocks)
             else:
+                self.num_table_slots -= table.num_slots
                 self.pool.free(reversed(table.blocks))
                 self.num_named_tables -= 1
         cpu = self.cpu_tables.pop(request.request_id, None)
