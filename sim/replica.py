@@ -175,7 +175,7 @@ class Replica:
                 n = steps_within(segs, budget, n)
                 d = span(segs, n)
             if n:
-                used = self.pool.num_used_blocks
+                used = self.pool.num_blocks - self.pool.num_free_blocks  # num_used_blocks inlined: every window
                 if used + (n // self.block_size + 1) * batch > self.peak_used_blocks:  # a new peak is possible
                     used += self._window_blocks(n)
                     if used > self.peak_used_blocks:
@@ -225,9 +225,11 @@ class Replica:
         else:
             out, self._out = self._out, None
             # Tokens sampled outside the decode batch by requests that had tokens before (back
-            # from a preemption, or the step after a fork): their gap includes any stall.
+            # from a preemption, or the step after a fork): their gap includes any stall. (Had
+            # tokens: has a first token time, a plain field; num_output_tokens is a property call
+            # made from C, for each of the run's prefills.)
             for r, n in zip(out.prefill_requests, out.prefill_num_tokens):
-                if r.num_output_tokens and r.num_computed_tokens + n == r.num_tokens:
+                if r.first_token_time is not None and r.num_computed_tokens + n == r.num_tokens:
                     gap = now - to_ticks(r.last_token_time)
                     b = itl_bin(gap)
                     self.itl_hist[b] = self.itl_hist.get(b, 0) + 1

@@ -102,7 +102,9 @@ class Scheduler(BaseScheduler):
             for req in sorted(self.prefilling, key=policy.victim_key):
                 if req.status != RUNNING or budget <= 0:
                     continue
-                n = min(req.num_tokens - req.num_computed_base, budget, threshold)
+                # (num_tokens of a request not decoding, from its own counts: the property is a
+                # Python call made from C, at every step a prompt is chunked or waits for room)
+                n = min(req.num_prompt_tokens + req.num_output_base - req.num_computed_base, budget, threshold)
                 while not kv.allocate_slots(req, n):
                     victim = self._pick_victim(lower_than=req)
                     if victim is None:
@@ -465,7 +467,7 @@ class Scheduler(BaseScheduler):
                 return False
             else:
                 hits, num_hit = kv.get_computed_blocks(head)
-                n_new = head.num_tokens - num_hit
+                n_new = head.num_prompt_tokens + head.num_output_base - num_hit  # its num_tokens, as above
                 n = min(n_new, budget, self._prefill_cap)
                 if n < n_new and not cfg.enable_chunked_prefill:
                     return False  # short of budget: that may clear at the next step
