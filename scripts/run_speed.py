@@ -6,6 +6,10 @@ loading, simulation, summary. A benchmark, not a test: it prints figures and ass
     python scripts/run_speed.py /path/to/base --callgrind   # instructions (valgrind): deterministic,
                                                             # unlike seconds on a shared machine
 
+Under --callgrind both checkouts run with a fixed hash seed and one OpenBLAS thread (`CALLGRIND_ENV`):
+with a random seed the same code counted up to 25M instructions apart (sets and dicts of strings
+iterate in another order), and OpenBLAS starts a thread per core at import.
+
 Each checkout runs from its own root with PYTHONPATH set to it, with this interpreter. Bytecode is
 cached as on a user's machine: PYTHONDONTWRITEBYTECODE is dropped and each checkout runs once, uncounted,
 before the measured runs (otherwise a checkout whose __pycache__ happens to exist is timed without the
@@ -28,8 +32,16 @@ COMMAND = ["-m", "sim", "run", "--trace", TRACE, "--model", "llama-2-7b",
            "--hardware", "a100-80gb"]
 
 
-def run_once(tree: Path, callgrind: bool) -> float:
+CALLGRIND_ENV = {"PYTHONHASHSEED": "0", "OPENBLAS_NUM_THREADS": "1"}
+
+
+def run_env(tree: Path, callgrind: bool) -> dict:
     env = {**{k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}, "PYTHONPATH": str(tree)}
+    return {**env, **CALLGRIND_ENV} if callgrind else env
+
+
+def run_once(tree: Path, callgrind: bool) -> float:
+    env = run_env(tree, callgrind)
     if not callgrind:
         start = time.perf_counter()
         subprocess.run([sys.executable, *COMMAND], cwd=tree, env=env, check=True, stdout=subprocess.DEVNULL)
