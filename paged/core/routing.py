@@ -324,21 +324,28 @@ class KVAware:
     within 0.6 points, TTFT p99 the same or up to 2x (agentic bursts on 8 H200s 0.25 s -> 0.55 s,
     least_outstanding 1.0 s; agentic on 4 A100s 1.60 s -> 1.71 s).
 
-    Except where a request would wait for memory: a replica whose blocks in use (`kv_usage`), prefill in
-    flight and the request's own blocks overflow its KV cache (`num_gpu_blocks`) cannot start it until
-    whole requests there finish, a wait of their decoding, not of a prefill, which the cached prefix does
-    not shorten. While some replica has room, what a full one holds counts as nothing (its load is still
-    priced); with every replica full the request waits anywhere and the cache counts as before. Without
-    it, `cache_aware_routing.AGENTIC` with an 8k-token system prompt on 8 H200s of 2,048 blocks sent turns
-    of 10-30k tokens, two of which fill a replica, to the five replicas that cached the prompt (its 8,192
-    tokens outweighed 8 outstanding requests); the other three stayed idle, turns queued for memory there
-    (seed 11: the slowest 1%, 1.4 s on average, half of it in the queue), and their histories were evicted
-    and computed again. Five seeds (11, 21, 31, 41, 51): TTFT p99 0.72/1.74/1.19/1.45/1.31 s ->
-    0.37/0.40/0.41/0.38/0.42 s, least_outstanding 0.41/0.47/0.44/0.40/0.46 s; 84.8/82.6/82.8/81.3/82.1% of
-    the pooled-LRU yardstick -> 88.3/88.5/88.1/88.3/87.6%, preemptions 55-522 -> 0. Past saturation every
-    replica is full and nothing changes. Estimating the request's size from the replica's (`kv_usage` over
-    its outstanding requests, no cache size needed) caught most of it (0.40-0.48 s, 84.5-87.0%) but not
-    the turns sent in one prefill's time, before the first showed in `kv_usage`: the blocks in flight do.
+    Nor, while a replica is idle, what a replica caches where the request would wait for memory: one whose
+    blocks in use (`kv_usage`), prefill in flight and the request's blocks (those its outstanding requests
+    claim counted once: held or in flight there already) overflow its KV cache (`num_gpu_blocks`) starts it
+    only once whole requests there finish, a wait of their decoding that the cached prefix does not shorten,
+    where the idle one starts it at once (its load is still priced). Past saturation no replica is idle and
+    nothing changes (`chat_past_saturation.py`: every row identical). `cache_aware_routing.AGENTIC` with an
+    8k-token system prompt on 8 H200s of 2,048 blocks, turns of 10-30k tokens (two fill a replica): the
+    prompt's 8,192 cached tokens outweighed 8 outstanding requests, so the five replicas that first cached it
+    took every turn while three idled, turns queued there for memory (seed 11: the slowest 1% took 1.4 s, half
+    of it queued; 55-522 preemptions a seed) and their histories were evicted. Seeds 11/21/31/41/51: TTFT p99
+    0.72/1.74/1.19/1.45/1.31 s -> 0.395/0.397/0.405/0.392/0.426 s, least_outstanding 0.406/0.467/0.444/0.400/0.462 s;
+    84.8/82.6/82.8/81.3/82.1% of the pooled-LRU yardstick -> 84.4/88.1/89.9/85.6/87.4%; 0-3 preemptions. With
+    each of 20 bursts (mean gap 20 s) of 16 such conversations sharing an 8k-token prefix of its own: 92.7/93.5/
+    95.4/94.9/94.5% -> 91.6/91.0/91.2/90.4/91.4%, TTFT p99 6.72/4.27/8.03/3.02/4.87 s -> 7.04/4.02/5.55/3.00/4.77 s
+    (least_outstanding 20-110 s). Tried: the request's cached blocks counted as needed too (a router cannot
+    tell those running requests hold from those the cache keeps free): the first setup 88.8-89.6%, TTFT p99
+    0.37-0.42 s, but each burst's prefix computed again on idle replicas, 84.8-89.4% and up to 8.7 s there;
+    the request's size estimated as the replica's mean (`kv_usage` over its outstanding requests, no cache
+    size) missed the turns sent before the first showed in `kv_usage` (0.40-0.48 s, 84.5-87.0%); the rule
+    while any replica had room, not only while one is idle (cached blocks counted as needed), moved chat past
+    saturation -1.3 to +3.0 points a seed (a replica has room now and then) and `cache_aware_routing.py`'s
+    agentic trace to 91.1%.
 
     Ties spread: at equal score and load the lowest index used to win, and on an idle cluster
     (every replica at 0 outstanding, a prompt no replica holds) every new prefix went to replica
@@ -432,15 +439,14 @@ class KVAware:
         lightest's spread), then fewer blocks in flight, then routed to longer ago."""
         return -load, -len(self.views[index].in_flight), -self.last_routed[index]
 
-    def _full(self, index: int, replica, num_blocks: int) -> bool:
-        """Whether a request of `num_blocks` blocks would wait for memory at the replica: its blocks in
-        use, the prefill sent there and not stored yet (blocks in flight) and the request's blocks exceed
-        its KV cache."""
+    def _full(self, replica, new_blocks: int) -> bool:
+        """Whether the replica's blocks in use and `new_blocks` more (its prefill in flight, and the request's
+        blocks that its outstanding requests do not claim) exceed its KV cache: a request waits there for memory."""
         if replica.outstanding == 0:
             return False
         if self.num_gpu_blocks is None:
             return replica.kv_usage >= 1
-        return replica.kv_usage + (len(self.views[index].in_flight) + num_blocks) / self.num_gpu_blocks > 1
+        return replica.kv_usage + new_blocks / self.num_gpu_blocks > 1
 
     def _choose(self, block_hashes, num_blocks: int, replicas) -> int:
         """The best replica. `block_hashes`: the first of the prompt's
@@ -452,20 +458,23 @@ class KVAware:
         idle = lightest == 0  # a replica could start the request at once: prefill in flight is a wait
         # held nowhere: within the spread, the prefill in flight (the wait) ranks replicas, not the count
         cold = len(block_hashes) > 0 and not any(v.holds(block_hashes[0]) for v in self.views)
-        full = [self._full(i, replicas[i], num_blocks) for i in range(len(replicas))]
-        roomy = not all(full)  # a replica could start the request now: a full one's cache saves it nothing
         for i, view in enumerate(self.views):
             cached, claims, oldest, in_flight = view.hashes, view.claims, view.oldest, view.in_flight
-            m = waits = 0  # blocks held; of them, those in flight that would only be waited for
-            for h in block_hashes:
+            m = waits = shared = 0  # blocks held; of them, while a replica is idle, those in flight (that would
+            for h in block_hashes:  # only be waited for), and those claimed (held or in flight there already)
                 if h not in cached:
                     if claims.get(h, -1) < oldest:
                         break
-                    if idle and h in in_flight:
-                        waits += 1
+                    if idle:
+                        waits += h in in_flight
+                        shared += 1
+                elif idle and claims.get(h, -1) >= oldest:
+                    shared += 1
                 m += 1
             excess = max(0.0, replicas[i].outstanding - even)
-            saved = 0 if roomy and full[i] else m - waits
+            # while a replica is idle, one where the request would wait for memory saves it nothing
+            full = idle and self._full(replicas[i], len(in_flight) + num_blocks - shared)
+            saved = 0 if full else m - waits
             key = (saved * self.block_size - price * excess,
                    *self._load_key(i, excess if cold else replicas[i].outstanding))
             if best_key is None or key > best_key:

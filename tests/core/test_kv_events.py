@@ -4,8 +4,8 @@ holds for replica i equals the hashes replica i's pool caches, and routing picks
 computed from the pools themselves plus the blocks claimed, at the price per outstanding
 request the router has learnt, for the requests beyond the lightest replica's count plus its
 square root (while a replica is idle, the blocks still in flight at another count there as
-not cached; while a replica has room for the request, none counts at a replica whose blocks in use,
-in flight and the request's would overflow its cache); ties go to fewer outstanding (for a prompt
+not cached, and none at a replica whose blocks in use, in flight and the request's that its routings
+do not claim would overflow its cache); ties go to fewer outstanding (for a prompt
 no replica holds, fewer beyond that spread), then fewer blocks in flight, then the replica routed to
 longest ago. The model keeps its own record of
 what was sent where: per replica, for the newest `min(outstanding, MAX_NUM_SEQS)` routings as of each
@@ -134,14 +134,15 @@ class KVEventsMachine(RuleBasedStateMachine):
         cold = not any(run(i) for i in range(2))  # held nowhere: within the spread, the count is no tie-break
 
         def full(i):
-            """The request would wait for memory: what is in use, in flight and its own blocks overflow the cache."""
-            return loads[i] > 0 and usages[i] + (len(self.in_flight(i)) + len(hashes)) / NUM_BLOCKS > 1
-
-        roomy = not all(full(i) for i in range(2))
+            """While a replica is idle, whether the request would wait for memory at replica i: what is in use,
+            in flight and its own blocks overflow the cache."""
+            shared = sum(h in self.claimed(i) for h in hashes[:run(i)])  # held or in flight there already
+            return (min(loads) == 0 and loads[i] > 0
+                    and usages[i] + (len(self.in_flight(i)) + len(hashes) - shared) / NUM_BLOCKS > 1)
 
         def score(i):
             excess = max(0.0, loads[i] - even)
-            saved = 0 if roomy and full(i) else run(i) - waits(i)
+            saved = 0 if full(i) else run(i) - waits(i)
             return (saved - price * excess, -(excess if cold else loads[i]), -len(self.in_flight(i)),
                     -self.last[i], -i)
 

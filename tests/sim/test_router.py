@@ -120,21 +120,24 @@ def test_kv_aware_sends_no_request_to_wait_behind_a_prefill_while_a_replica_is_i
 
 
 def test_kv_aware_counts_no_cache_where_a_request_would_wait_for_memory():
-    """A request that would not fit beside a replica's blocks in use and in flight waits there for memory,
-    for whole requests to finish: while another replica has room, what the full one caches saves it nothing.
+    """A request whose blocks would not fit beside a replica's blocks in use and in flight (those its
+    outstanding requests claim counted once) waits there for memory, for whole requests to finish: while
+    another replica is idle, what the full one caches saves it nothing.
     AGENTIC turns with an 8k-token system prompt on 8 H200s of 2,048 blocks: the prompt's 8,192 cached tokens
     outweighed 8 outstanding requests, and turns of 10-30k tokens queued for memory where only two fit
-    (TTFT p99 0.72-1.74 s, least_outstanding 0.40-0.47 s). With every replica full it waits anywhere, and
-    the cache counts; with the cache's size unknown, a replica is full only at 100% usage."""
+    while three replicas idled (TTFT p99 0.72-1.74 s, least_outstanding 0.40-0.47 s). With no replica idle
+    it waits wherever it goes, and the cache counts; with the cache's size unknown, a replica is full only
+    at 100% usage."""
     system = list(range(16))  # 8,192 tokens: 512 blocks, a quarter of the cache
     r = make_router("kv_aware", 2, block_size=16, hash_id_block_size=512, num_gpu_blocks=2048)
     r.replica_events(0).blocks_stored(id_block_hashes(system, 512, 16, 512))
-    everywhere, unknown = copy.deepcopy(r), make_router("kv_aware", 2, block_size=16, hash_id_block_size=512)
+    none_idle, unknown = copy.deepcopy(r), make_router("kv_aware", 2, block_size=16, hash_id_block_size=512)
     unknown.replica_events(0).blocks_stored(id_block_hashes(system, 512, 16, 512))
-    assert r.route(req(system + [100]), replicas([2, 1], used=[1500, 200], blocks=2048)) == 0  # 544 blocks fit
-    assert r.route(req(system + [101]), replicas([2, 1], used=[1600, 200], blocks=2048)) == 1  # they would not
-    assert everywhere.route(req(system + [101]), replicas([2, 1], used=[1600, 1600], blocks=2048)) == 0
-    assert unknown.route(req(system + [101]), replicas([2, 1], used=[2000, 200], blocks=2048)) == 0
+    assert r.route(req(system + [100]), replicas([2, 0], used=[1500, 0], blocks=2048)) == 0  # 544 blocks fit
+    # the system prompt is claimed there: 32 blocks in flight (request 100's) and the request's 32 others do not fit
+    assert r.route(req(system + [101]), replicas([2, 0], used=[2000, 0], blocks=2048)) == 1
+    assert none_idle.route(req(system + [101]), replicas([2, 1], used=[2000, 200], blocks=2048)) == 0
+    assert unknown.route(req(system + [101]), replicas([2, 0], used=[2000, 0], blocks=2048)) == 0
     with pytest.raises(ValueError, match="num_gpu_blocks"):
         make_router("kv_aware", 2, num_gpu_blocks=0)
 
