@@ -324,6 +324,29 @@ class KVAware:
     within 0.6 points, TTFT p99 the same or up to 2x (agentic bursts on 8 H200s 0.25 s -> 0.55 s,
     least_outstanding 1.0 s; agentic on 4 A100s 1.60 s -> 1.71 s).
 
+    Nor, while a replica is idle, what a replica caches where the request would wait for memory: one whose
+    blocks in use (`kv_usage`), prefill in flight and the request's blocks (those its outstanding requests
+    claim counted once: held or in flight there already) overflow its KV cache (`num_gpu_blocks`) starts it
+    only once whole requests there finish, a wait of their decoding that the cached prefix does not shorten,
+    where the idle one starts it at once (its load is still priced). Past saturation no replica is idle and
+    nothing changes (`chat_past_saturation.py`: every row identical). `cache_aware_routing.AGENTIC` with an
+    8k-token system prompt on 8 H200s of 2,048 blocks, turns of 10-30k tokens (two fill a replica): the
+    prompt's 8,192 cached tokens outweighed 8 outstanding requests, so the five replicas that first cached it
+    took every turn while three idled, turns queued there for memory (seed 11: the slowest 1% took 1.4 s, half
+    of it queued; 55-522 preemptions a seed) and their histories were evicted. Seeds 11/21/31/41/51: TTFT p99
+    0.72/1.74/1.19/1.45/1.31 s -> 0.395/0.397/0.405/0.392/0.426 s, least_outstanding 0.406/0.467/0.444/0.400/0.462 s;
+    84.8/82.6/82.8/81.3/82.1% of the pooled-LRU yardstick -> 84.4/88.1/89.9/85.6/87.4%; 0-3 preemptions. With
+    each of 20 bursts (mean gap 20 s) of 16 such conversations sharing an 8k-token prefix of its own: 92.7/93.5/
+    95.4/94.9/94.5% -> 91.6/91.0/91.2/90.4/91.4%, TTFT p99 6.72/4.27/8.03/3.02/4.87 s -> 7.04/4.02/5.55/3.00/4.77 s
+    (least_outstanding 20-110 s). Tried: the request's cached blocks counted as needed too (a router cannot
+    tell those running requests hold from those the cache keeps free): the first setup 88.8-89.6%, TTFT p99
+    0.37-0.42 s, but each burst's prefix computed again on idle replicas, 84.8-89.4% and up to 8.7 s there;
+    the request's size estimated as the replica's mean (`kv_usage` over its outstanding requests, no cache
+    size) missed the turns sent before the first showed in `kv_usage` (0.40-0.48 s, 84.5-87.0%); the rule
+    while any replica had room, not only while one is idle (cached blocks counted as needed), moved chat past
+    saturation -1.3 to +3.0 points a seed (a replica has room now and then) and `cache_aware_routing.py`'s
+    agentic trace to 91.1%.
+
     Ties spread: at equal score and load the lowest index used to win, and on an idle cluster
     (every replica at 0 outstanding, a prompt no replica holds) every new prefix went to replica
     0, whose cache churned while the others' stayed empty: Mooncake stretched 4x on 8 H200s sent
@@ -352,17 +375,24 @@ class KVAware:
     `blocks_removed`, `all_blocks_cleared`) as replica i's events arrive, with the hashes its
     `BlockPool` registers (`paged.core.hashing`: chained BLAKE2b of the block's tokens, or of
     trace hash ids), and `route_hashes` with a request's block hashes; `route` takes trace
-    prefix ids and hashes them as the replicas will."""
+    prefix ids and hashes them as the replicas will. Give it the replicas' `num_gpu_blocks` (vLLM
+    logs it and exports it in `vllm:cache_config_info`; `paged router --num-gpu-blocks`) to tell when a
+    request would wait for memory."""
 
     name = "kv_aware"
     LOAD_MEAN_WINDOW = 64  # requests: smooths prompts' spread, follows a change of traffic within seconds
 
     def __init__(self, num_replicas: int, block_size: int = 16, hash_id_block_size: int = 512,
-                 load_tokens: float = MAX_LOAD_TOKENS, max_num_seqs: int = DEFAULT_MAX_NUM_SEQS) -> None:
+                 load_tokens: float = MAX_LOAD_TOKENS, max_num_seqs: int = DEFAULT_MAX_NUM_SEQS,
+                 num_gpu_blocks: int | None = None) -> None:
         """`load_tokens`: the first estimate of an outstanding request's prefill; `max_num_seqs`:
-        the most routings per replica whose blocks count in flight (a batch)."""
+        the most routings per replica whose blocks count in flight (a batch); `num_gpu_blocks`: the
+        replicas' KV cache in blocks (None: unknown, and a replica is full only at 100% usage)."""
         if not (isinstance(max_num_seqs, int) and max_num_seqs >= 1):
             raise ValueError(f"KVAware: max_num_seqs={max_num_seqs!r}, expected an integer >= 1")
+        if not (num_gpu_blocks is None or (isinstance(num_gpu_blocks, int) and num_gpu_blocks >= 1)):
+            raise ValueError(f"KVAware: num_gpu_blocks={num_gpu_blocks!r}, expected None or an integer >= 1")
+        self.num_gpu_blocks = num_gpu_blocks
         self.views = [ReplicaCacheView() for _ in range(num_replicas)]
         self.block_size = block_size
         self.hash_id_block_size = hash_id_block_size
@@ -409,6 +439,15 @@ class KVAware:
         lightest's spread), then fewer blocks in flight, then routed to longer ago."""
         return -load, -len(self.views[index].in_flight), -self.last_routed[index]
 
+    def _full(self, replica, new_blocks: int) -> bool:
+        """Whether the replica's blocks in use and `new_blocks` more (its prefill in flight, and the request's
+        blocks that its outstanding requests do not claim) exceed its KV cache: a request waits there for memory."""
+        if replica.outstanding == 0:
+            return False
+        if self.num_gpu_blocks is None:
+            return replica.kv_usage >= 1
+        return replica.kv_usage + new_blocks / self.num_gpu_blocks > 1
+
     def _choose(self, block_hashes, num_blocks: int, replicas) -> int:
         """The best replica. `block_hashes`: the first of the prompt's
         `num_blocks` blocks, at least as many as any replica holds."""
@@ -421,16 +460,22 @@ class KVAware:
         cold = len(block_hashes) > 0 and not any(v.holds(block_hashes[0]) for v in self.views)
         for i, view in enumerate(self.views):
             cached, claims, oldest, in_flight = view.hashes, view.claims, view.oldest, view.in_flight
-            m = waits = 0  # blocks held; of them, those in flight that would only be waited for
-            for h in block_hashes:
+            m = waits = shared = 0  # blocks held; of them, while a replica is idle, those in flight (that would
+            for h in block_hashes:  # only be waited for), and those claimed (held or in flight there already)
                 if h not in cached:
                     if claims.get(h, -1) < oldest:
                         break
-                    if idle and h in in_flight:
-                        waits += 1
+                    if idle:
+                        waits += h in in_flight
+                        shared += 1
+                elif idle and claims.get(h, -1) >= oldest:
+                    shared += 1
                 m += 1
             excess = max(0.0, replicas[i].outstanding - even)
-            key = ((m - waits) * self.block_size - price * excess,
+            # while a replica is idle, one where the request would wait for memory saves it nothing
+            full = idle and self._full(replicas[i], len(in_flight) + num_blocks - shared)
+            saved = 0 if full else m - waits
+            key = (saved * self.block_size - price * excess,
                    *self._load_key(i, excess if cold else replicas[i].outstanding))
             if best_key is None or key > best_key:
                 best, best_key, best_run = i, key, m
@@ -445,14 +490,17 @@ ROUTERS = tuple(ROUTER_CLASSES)
 
 
 def make_router(name: str, num_replicas: int, capacity_ids: int | None = None, block_size: int = 16,
-                hash_id_block_size: int = 512, max_num_seqs: int = DEFAULT_MAX_NUM_SEQS) -> Router:
+                hash_id_block_size: int = 512, max_num_seqs: int = DEFAULT_MAX_NUM_SEQS,
+                num_gpu_blocks: int | None = None) -> Router:
     """`capacity_ids`: prefix_aware's record per replica; `max_num_seqs`: the replicas' batch,
-    which sizes prefix_aware's imbalance limit and kv_aware's record of blocks in flight; `block_size`
+    which sizes prefix_aware's imbalance limit and kv_aware's record of blocks in flight; `num_gpu_blocks`:
+    the replicas' KV cache in blocks, which tells kv_aware when a request would wait for memory; `block_size`
     and `hash_id_block_size`: how kv_aware names a request's blocks (as the replicas' pools do)."""
     if name not in ROUTER_CLASSES:
         raise ValueError(f"unknown router {name!r}: known are {sorted(ROUTER_CLASSES)}")
     if name == "prefix_aware":
         return PrefixAware(num_replicas, 1 << 20 if capacity_ids is None else capacity_ids, max_num_seqs)
     if name == "kv_aware":
-        return KVAware(num_replicas, block_size, hash_id_block_size, max_num_seqs=max_num_seqs)
+        return KVAware(num_replicas, block_size, hash_id_block_size, max_num_seqs=max_num_seqs,
+                       num_gpu_blocks=num_gpu_blocks)
     return ROUTER_CLASSES[name](num_replicas)

@@ -86,6 +86,7 @@ class RouterConfig:
     chat_template: str | None = None  # kv_aware with a tokenizer: the backends' --chat-template, if they have one
     max_num_seqs: int = DEFAULT_MAX_NUM_SEQS  # the backends' batch: sizes prefix_aware's imbalance limit
     max_body_bytes: int = 4 << 20  # larger bodies get 413 (paged serve's default limit)
+    num_gpu_blocks: int | None = None  # kv_aware: the backends' KV cache in blocks (when a request waits for memory)
 
 
 class InFlight:
@@ -128,7 +129,7 @@ class Forwarder:
         self.backends = [Backend(url, lambda: httpx.AsyncClient(timeout=timeout, limits=limits))
                          for url in config.backends]
         self.policy = make_router(config.policy, len(self.backends), block_size=config.block_size,
-                                  max_num_seqs=config.max_num_seqs)
+                                  max_num_seqs=config.max_num_seqs, num_gpu_blocks=config.num_gpu_blocks)
         self.metrics = RouterMetrics(self.backends)
         own = {} if config.api_key is None else {"authorization": f"Bearer {config.api_key}"}
         self.kv_syncs = ([KVSync(b, self.policy.replica_events(i), config.block_size, own)
@@ -352,6 +353,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-num-seqs", type=int, default=d.max_num_seqs,
                    help="prefix_aware: the backends' --max-num-seqs, which sizes how much more loaded than the "
                         "lightest a prefix's backend may be: paged.core.routing.balance_threshold")
+    p.add_argument("--num-gpu-blocks", type=int, default=d.num_gpu_blocks,
+                   help="kv_aware: the backends' KV cache in blocks (their num_gpu_blocks, as vLLM logs it and "
+                        "exports it in vllm:cache_config_info), which tells when a request would wait there for "
+                        "memory; while another backend is idle, what such a backend caches counts for nothing. "
+                        "Default: unknown, and a backend is full only at 100%% KV usage")
     p.add_argument("--max-body-bytes", type=int, default=d.max_body_bytes,
                    help="larger request bodies get 413, in bytes; at least the backends' --max-body-bytes")
     p.add_argument("--log-level", default="warning", help="log level for uvicorn")
@@ -369,6 +375,8 @@ def main(argv: list[str] | None = None) -> int:
     for option in ("block_size", "max_num_seqs", "abort_after_failed_probes", "max_body_bytes"):
         if (value := getattr(args, option)) < 1:
             parser.error(f"--{option.replace('_', '-')} {value}: expected at least 1")
+    if args.num_gpu_blocks is not None and args.num_gpu_blocks < 1:
+        parser.error(f"--num-gpu-blocks {args.num_gpu_blocks}: expected at least 1")
     for option in SECONDS_OPTIONS:  # 0 would probe or poll in a busy loop, NaN compare false everywhere
         if not 0 < (value := getattr(args, option)) < math.inf:
             parser.error(f"--{option.replace('_', '-')} {value}: expected a finite number of seconds > 0")
@@ -380,6 +388,6 @@ def main(argv: list[str] | None = None) -> int:
     config = RouterConfig(args.backend, args.policy, args.block_size, args.health_interval_s, args.health_timeout_s,
                           args.connect_timeout_s, args.read_timeout_s, args.abort_after_failed_probes,
                           args.kv_events_interval_s, args.api_key, args.tokenizer, chat_template,
-                          args.max_num_seqs, args.max_body_bytes)
+                          args.max_num_seqs, args.max_body_bytes, args.num_gpu_blocks)
     uvicorn.run(create_app(config), host=args.host, port=args.port, log_level=args.log_level, access_log=False)
     return 0

@@ -4,8 +4,10 @@ holds for replica i equals the hashes replica i's pool caches, and routing picks
 computed from the pools themselves plus the blocks claimed, at the price per outstanding
 request the router has learnt, for the requests beyond the lightest replica's count plus its
 square root (while a replica is idle, the blocks still in flight at another count there as
-not cached); ties go to fewer outstanding (for a prompt no replica holds, fewer beyond that spread),
-then fewer blocks in flight, then the replica routed to longest ago. The model keeps its own record of
+not cached, and none at a replica whose blocks in use, in flight and the request's that its routings
+do not claim would overflow its cache); ties go to fewer outstanding (for a prompt
+no replica holds, fewer beyond that spread), then fewer blocks in flight, then the replica routed to
+longest ago. The model keeps its own record of
 what was sent where: per replica, for the newest `min(outstanding, MAX_NUM_SEQS)` routings as of each
 routing, each routing's blocks (claimed: held there whatever the pool evicts since) and those of them
 the pool did not cache (in flight: leaving the record once the pool caches them), both gone on a reset;
@@ -28,6 +30,8 @@ MAX_NUM_SEQS = 2
 HASHES = st.lists(st.integers(0, 11), min_size=1, max_size=4)
 LOAD = st.integers(0, 9) | st.just(0)  # an idle replica often: blocks in flight elsewhere count as not cached
 LOADS = st.tuples(LOAD, LOAD)
+USAGE = st.sampled_from([0.0, 0.25, 0.5, 1.0])  # KV usage: the request fits, or would wait for memory
+USAGES = st.tuples(USAGE, USAGE)
 
 
 class KVEventsMachine(RuleBasedStateMachine):
@@ -36,7 +40,7 @@ class KVEventsMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         routing.MIN_COMPACT = 2  # the views purge expired claims all the time (restored in teardown)
-        self.router = KVAware(2, block_size=1, load_tokens=2, max_num_seqs=MAX_NUM_SEQS)
+        self.router = KVAware(2, block_size=1, load_tokens=2, max_num_seqs=MAX_NUM_SEQS, num_gpu_blocks=NUM_BLOCKS)
         self.pools = [BlockPool(NUM_BLOCKS) for _ in range(2)]
         for i, pool in enumerate(self.pools):
             pool.events = self.router.replica_events(i)
@@ -97,19 +101,20 @@ class KVEventsMachine(RuleBasedStateMachine):
             self.pools[r].reset_prefix_cache()
             self.sent[r] = []
 
-    @rule(target=PROMPTS, hashes=HASHES, loads=LOADS)
-    def route(self, hashes, loads):
-        self.check_route(hashes, loads)
+    @rule(target=PROMPTS, hashes=HASHES, loads=LOADS, usages=USAGES)
+    def route(self, hashes, loads, usages):
+        self.check_route(hashes, loads, usages)
         return hashes
 
-    @rule(target=PROMPTS, prompt=PROMPTS, more=st.lists(st.integers(0, 11), max_size=2), loads=LOADS)
-    def follow_up(self, prompt, more, loads):
+    @rule(target=PROMPTS, prompt=PROMPTS, more=st.lists(st.integers(0, 11), max_size=2), loads=LOADS,
+          usages=USAGES)
+    def follow_up(self, prompt, more, loads, usages):
         """A prompt routed before, extended: a conversation's next turn."""
-        self.check_route(prompt + more, loads)
+        self.check_route(prompt + more, loads, usages)
         return prompt + more
 
-    def check_route(self, hashes, loads):
-        replicas = [SimpleNamespace(outstanding=o, kv_usage=0.0) for o in loads]
+    def check_route(self, hashes, loads, usages):
+        replicas = [SimpleNamespace(outstanding=o, kv_usage=u) for o, u in zip(loads, usages)]
         price = min(self.router.load_tokens, MAX_LOAD_TOKENS)  # what an outstanding request costs now
         got = self.router.route_hashes(hashes, replicas)
         for r, load in enumerate(loads):  # only the newest routings can still be in flight
@@ -128,9 +133,17 @@ class KVEventsMachine(RuleBasedStateMachine):
 
         cold = not any(run(i) for i in range(2))  # held nowhere: within the spread, the count is no tie-break
 
+        def full(i):
+            """While a replica is idle, whether the request would wait for memory at replica i: what is in use,
+            in flight and its own blocks overflow the cache."""
+            shared = sum(h in self.claimed(i) for h in hashes[:run(i)])  # held or in flight there already
+            return (min(loads) == 0 and loads[i] > 0
+                    and usages[i] + (len(self.in_flight(i)) + len(hashes) - shared) / NUM_BLOCKS > 1)
+
         def score(i):
             excess = max(0.0, loads[i] - even)
-            return (run(i) - waits(i) - price * excess, -(excess if cold else loads[i]), -len(self.in_flight(i)),
+            saved = 0 if full(i) else run(i) - waits(i)
+            return (saved - price * excess, -(excess if cold else loads[i]), -len(self.in_flight(i)),
                     -self.last[i], -i)
 
         want = max(range(2), key=score)

@@ -125,7 +125,7 @@ def test_router_refuses_what_would_leave_it_serving_nothing(monkeypatch, capsys,
 
 
 @pytest.mark.parametrize("option, value, expected", [
-    *((option, value, "expected at least 1") for option in ("--block-size", "--max-num-seqs",
+    *((option, value, "expected at least 1") for option in ("--block-size", "--max-num-seqs", "--num-gpu-blocks",
                                                              "--abort-after-failed-probes", "--max-body-bytes")
       for value in ("0", "-3")),
     *((option, value, "expected a finite number of seconds > 0")

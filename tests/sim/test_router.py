@@ -119,6 +119,44 @@ def test_kv_aware_sends_no_request_to_wait_behind_a_prefill_while_a_replica_is_i
     assert r.route(req(system + [102]), replicas([2, 0])) == 0  # cached: 8,192 tokens beat two requests
 
 
+def test_kv_aware_counts_no_cache_where_a_request_would_wait_for_memory():
+    """A request whose blocks would not fit beside a replica's blocks in use and in flight (those its
+    outstanding requests claim counted once) waits there for memory, for whole requests to finish: while
+    another replica is idle, what the full one caches saves it nothing.
+    AGENTIC turns with an 8k-token system prompt on 8 H200s of 2,048 blocks: the prompt's 8,192 cached tokens
+    outweighed 8 outstanding requests, and turns of 10-30k tokens queued for memory where only two fit
+    while three replicas idled (TTFT p99 0.72-1.74 s, least_outstanding 0.40-0.47 s). With no replica idle
+    it waits wherever it goes, and the cache counts; with the cache's size unknown, a replica is full only
+    at 100% usage."""
+    system = list(range(16))  # 8,192 tokens: 512 blocks, a quarter of the cache
+    r = make_router("kv_aware", 2, block_size=16, hash_id_block_size=512, num_gpu_blocks=2048)
+    r.replica_events(0).blocks_stored(id_block_hashes(system, 512, 16, 512))
+    none_idle, unknown = copy.deepcopy(r), make_router("kv_aware", 2, block_size=16, hash_id_block_size=512)
+    unknown.replica_events(0).blocks_stored(id_block_hashes(system, 512, 16, 512))
+    assert r.route(req(system + [100]), replicas([2, 0], used=[1500, 0], blocks=2048)) == 0  # 544 blocks fit
+    # the system prompt is claimed there: 32 blocks in flight (request 100's) and the request's 32 others do not fit
+    assert r.route(req(system + [101]), replicas([2, 0], used=[2000, 0], blocks=2048)) == 1
+    assert none_idle.route(req(system + [101]), replicas([2, 1], used=[2000, 200], blocks=2048)) == 0
+    assert unknown.route(req(system + [101]), replicas([2, 0], used=[2000, 0], blocks=2048)) == 0
+    with pytest.raises(ValueError, match="num_gpu_blocks"):
+        make_router("kv_aware", 2, num_gpu_blocks=0)
+
+
+def test_the_simulator_gives_kv_aware_the_replicas_cache_size(monkeypatch):
+    import numpy as np
+
+    import paged.core.routing as routing
+    from sim import SimConfig, Workload, simulate
+
+    seen = []
+    init = routing.KVAware.__init__
+    monkeypatch.setattr(routing.KVAware, "__init__", lambda self, *a, **k: seen.append(k["num_gpu_blocks"])
+                        or init(self, *a, **k))
+    w = Workload(np.zeros(1), np.array([40]), np.array([2]), name="one")
+    simulate(w, SimConfig(replicas=2, router="kv_aware", num_gpu_blocks=64, max_model_len=64))
+    assert seen == [64]
+
+
 def test_kv_aware_counts_a_waiting_requests_blocks_at_its_replica_though_evicted():
     """A request sent where its history is cached claims those blocks there: should the cache evict them
     while the request waits, it computes them again, so the conversation's next turn, arriving meanwhile,
