@@ -16,6 +16,7 @@ import time
 
 from . import CacheConfig, Request, SamplingParams, SchedulerConfig
 from .core.scheduler import Scheduler
+from .help_formatter import RawDescriptionHelpFormatter
 
 PROMPT = 512
 BLOCK = 16
@@ -49,13 +50,20 @@ def time_steps(s: Scheduler, steps: int, real_tokens: bool) -> float:
     return (time.perf_counter() - start) / steps * 1e6
 
 
-def main(argv=None) -> None:
+def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="paged bench scheduler", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sizes", type=int, nargs="+", default=[64, 256, 1024])
-    ap.add_argument("--steps", type=int, default=2000)
+                                 formatter_class=RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", type=int, nargs="+", default=[64, 256, 1024],
+                    help="numbers of running requests (max_num_seqs) to time a step at, one line each "
+                         "(default: 64 256 1024)")
+    ap.add_argument("--steps", type=int, default=2000,
+                    help="steps timed at each size: the best of two runs of half as many")
     ap.add_argument("--real-tokens", action="store_true", help="time the engine's step (a token per request)")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv=None) -> None:
+    args = build_parser().parse_args(argv)
     for n in args.sizes:
         s = decode_ready_scheduler(n, args.steps)
         # best of two runs; `out_len` leaves room for them without a finish

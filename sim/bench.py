@@ -25,6 +25,7 @@ import subprocess
 import sys
 import time
 
+from paged.help_formatter import HelpFormatter
 from paged.workloads.traces import AZURE_CONV
 
 from .sim_config import SimConfig
@@ -79,14 +80,18 @@ def speed_up(pairs) -> str:
     return f"{head}{statistics.median(ratios):.2f}x in CPU time, {spread}"
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m sim bench", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                                formatter_class=HelpFormatter)
     p.add_argument("--quick", action="store_true", help="2,000 Azure and 10k / 30k synthetic requests (under a "
                                                         "minute) instead of the whole trace and 100k-1M (minutes)")
     p.add_argument("--rate", type=float, default=5.0, help="requests/s of the synthetic cases' Poisson arrivals")
     p.add_argument("--case", nargs=3, metavar=("NAME", "N", "FAST"), help=argparse.SUPPRESS)
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     if args.case:
         name, n, fast = args.case
         print(json.dumps(run_case(name, None if n == "all" else int(n), fast == "1", args.rate)))

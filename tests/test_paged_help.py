@@ -25,26 +25,57 @@ def test_help_names_the_command(capsys, argv, prog):
     assert capsys.readouterr().out.startswith(f"usage: {prog} ")
 
 
+def _parsers(parser: argparse.ArgumentParser):
+    """The parser and each subcommand's (one that hands its arguments on to another command's
+    parser, as `python -m sim bench`, has no options of its own and is walked as that one)."""
+    yield parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                if sub.add_help:
+                    yield from _parsers(sub)
+
+
 @pytest.mark.parametrize("command, module", [
-    ("serve", "paged.serve.server"),
-    ("router", "paged.serve.router"),
-    ("launch", "paged.serve.launch"),
-    ("bench serve", "paged.serve.bench_serve"),
+    ("paged serve", "paged.serve.server"),
+    ("paged router", "paged.serve.router"),
+    ("paged launch", "paged.serve.launch"),
+    ("paged bench serve", "paged.serve.bench_serve"),
+    ("paged doctor", "paged.serve.doctor"),
+    ("paged bench scheduler", "paged.bench"),
+    ("paged bench engine", "paged.engine.bench"),
+    ("python -m paged.engine", "paged.engine.__main__"),
+    ("python -m paged.engine.kv_accuracy", "paged.engine.kv_accuracy"),
+    ("python -m paged.engine.swap_profile", "paged.engine.swap_profile"),
+    ("python -m paged.serve.bench_router", "paged.serve.bench_router"),
+    ("python -m paged.serve.bench_http", "paged.serve.bench_http"),
+    ("python -m sim", "sim.cli.options"),
+    ("python -m sim bench", "sim.bench"),
 ])
 def test_every_option_has_help_and_shows_its_default(monkeypatch, command, module):
     """A newcomer's first `--help` explains every option (half of `paged serve`'s had no word),
     with its default as argparse shows one, and never shows an API key taken from the environment."""
     monkeypatch.setenv("PAGED_API_KEY", "sk-not-for-help")
-    parser = importlib.import_module(module).build_parser()
-    formatter = parser._get_formatter()
-    for action in parser._actions:
-        name = "/".join(action.option_strings) or action.dest
-        assert action.help and action.help.strip(), f"paged {command}: {name} has no help"
-        if action.default not in (None, "", argparse.SUPPRESS) and not isinstance(action.default, bool):
+    built = importlib.import_module(module).build_parser()
+    top = built[0] if isinstance(built, tuple) else built  # sim's: (the parser, its `run` subparser)
+    for parser in _parsers(top):
+        formatter = parser._get_formatter()
+        for action in parser._actions:
+            name = f"{parser.prog}: {'/'.join(action.option_strings) or action.dest}"
+            if isinstance(action, argparse._SubParsersAction):
+                for choice in action._choices_actions:
+                    assert choice.help and choice.help.strip(), f"{name} {choice.dest} has no help"
+                continue
+            assert action.help and action.help.strip(), f"{name} has no help"
             shown = formatter._get_help_string(action)
-            assert "(default" in shown, f"paged {command}: {name}'s help does not show its default {action.default!r}"
-    text = re.sub(r"\s+", " ", parser.format_help())
-    assert "sk-not-for-help" not in text and "(default: None)" not in text
-    assert not re.search(r"\(default[^)]*\) \(default", text), f"paged {command}: a default shown twice"
-    if command == "serve":  # the engine's options show the config's defaults, which argparse does not know
-        assert "in number of tokens, a power of two (default: 16)" in text
+            if isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction)):
+                assert "(default" not in shown, f"{name}: a switch shows its default (it is off)"
+            elif action.default not in (None, "", argparse.SUPPRESS) and not isinstance(action.default, bool):
+                assert "(default" in shown, f"{name}'s help does not show its default {action.default!r}"
+        text = re.sub(r"\s+", " ", parser.format_help())
+        assert "sk-not-for-help" not in text, f"{parser.prog}: shows $PAGED_API_KEY"
+        assert "(default: None)" not in text, f"{parser.prog}: shows a default of None"
+        assert "(default: [" not in text, f"{parser.prog}: shows a list's default as Python writes it, not as typed"
+        assert not re.search(r"\(default[^)]*\) \(default", text), f"{parser.prog}: a default shown twice"
+    if command == "paged serve":  # the engine's options show the config's defaults, which argparse does not know
+        assert "in number of tokens, a power of two (default: 16)" in re.sub(r"\s+", " ", top.format_help())

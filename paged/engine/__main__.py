@@ -11,6 +11,7 @@ import sys
 import time
 
 from paged import SamplingParams
+from paged.help_formatter import HelpFormatter
 from paged.output_paths import check_output_paths
 
 from .engine import LLMEngine
@@ -18,9 +19,45 @@ from .engine_args import add_engine_args, engine_kwargs
 from .engine_config import EngineConfig
 from .profile import ProfileGrid, profile, write_profile
 
+# ProfileGrid's lists: what each one's values are
+GRID = {
+    "prefill_chunks": "prompt tokens of each prefill step measured",
+    "prefill_contexts": "tokens already cached (a prefix hit) before each prefill chunk",
+    "decode_batches": "requests per decode step measured",
+    "decode_contexts": "a decode batch's longest context, in tokens",
+    "mixed_batches": "decode requests beside one prefill chunk",
+    "mixed_chunks": "prompt tokens of the prefill chunk beside those decodes",
+}
+
 
 def _ints(text: str) -> tuple[int, ...]:
     return tuple(int(x) for x in text.split(",") if x)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m paged.engine")
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("bench", add_help=False, help="output tokens/s against transformers' generate() "
+                                                      "(python -m paged.engine bench --help)")
+    prof = commands.add_parser("profile", help="measure step times for the simulator's profiled cost model",
+                               formatter_class=HelpFormatter)
+    add_engine_args(prof, kv_cache_memory_bytes=1 << 30)  # room for the decode grid's larger points
+    prof.add_argument("--out", required=True, help="the profile (JSON) to write: python -m sim run --cost-model "
+                                                   "reads it, python -m sim fit reports its fit")
+    d = ProfileGrid()
+    for name, what in GRID.items():
+        prof.add_argument(f"--{name.replace('_', '-')}", type=_ints, default=getattr(d, name),
+                          help=f"{what}, comma-separated (default: {','.join(map(str, getattr(d, name)))})")
+    prof.add_argument("--mixed-context", type=int, default=d.mixed_context,
+                      help="the longest context of the decodes beside a prefill chunk, in tokens")
+    prof.add_argument("--repeats", type=int, default=d.repeats, help="timed runs of each step, after one warm-up run")
+    gen = commands.add_parser("generate", help="generate from one prompt", formatter_class=HelpFormatter)
+    add_engine_args(gen)
+    gen.add_argument("--prompt", required=True, help="the prompt, as text (no chat template)")
+    gen.add_argument("--max-tokens", type=int, default=32, help="maximum number of tokens to generate")
+    gen.add_argument("--temperature", type=float, default=0.0,
+                     help="randomness of the sampling: 0 is greedy, higher is more random")
+    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -29,29 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         from .bench import main as bench_main
 
         return int(bench_main(argv[1:]) or 0)
-    parser = argparse.ArgumentParser(prog="python -m paged.engine")
-    commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("bench", add_help=False, help="output tokens/s against transformers' generate() "
-                                                      "(python -m paged.engine bench --help)")
-    prof = commands.add_parser("profile", help="measure step times for the simulator's profiled cost model")
-    add_engine_args(prof, kv_cache_memory_bytes=1 << 30)  # room for the decode grid's larger points
-    prof.add_argument("--out", required=True, help="the profile (JSON) to write: python -m sim run --cost-model "
-                                                   "reads it, python -m sim fit reports its fit")
-    d = ProfileGrid()
-    for name in ("prefill_chunks", "prefill_contexts", "decode_batches", "decode_contexts", "mixed_batches",
-                 "mixed_chunks"):
-        prof.add_argument(f"--{name.replace('_', '-')}", type=_ints, default=getattr(d, name),
-                          help=f"comma-separated (default {','.join(map(str, getattr(d, name)))})")
-    prof.add_argument("--mixed-context", type=int, default=d.mixed_context,
-                      help=f"the longest context of the decodes beside a prefill chunk (default {d.mixed_context})")
-    prof.add_argument("--repeats", type=int, default=d.repeats,
-                      help=f"timed runs of each step, after one warm-up run (default {d.repeats})")
-    gen = commands.add_parser("generate", help="generate from one prompt")
-    add_engine_args(gen)
-    gen.add_argument("--prompt", required=True, help="the prompt, as text (no chat template)")
-    gen.add_argument("--max-tokens", type=int, default=32, help="most tokens to generate (default 32)")
-    gen.add_argument("--temperature", type=float, default=0.0, help="0 is greedy (default 0)")
-    args = parser.parse_args(argv)
+    args = build_parser().parse_args(argv)
 
     grid = None
     if args.command == "profile":

@@ -29,6 +29,7 @@ from pathlib import Path
 import torch
 
 from paged import SamplingParams
+from paged.help_formatter import RawDescriptionHelpFormatter
 from paged.workloads.traces import AZURE_CONV, read_trace
 
 from .llm import LLM
@@ -91,21 +92,32 @@ def run_hf_static(model, requests, batch_size: int, pad_id: int) -> float:
     return time.perf_counter() - start
 
 
-def main(argv: list[str] | None = None) -> None:
+def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="paged bench engine", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+                                 formatter_class=RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="smollm2-135m", help="a Llama-architecture GGUF, or smollm2-135m")
-    ap.add_argument("--trace", type=Path, default=AZURE_CONV)
-    ap.add_argument("--num-requests", type=int, default=64)
-    ap.add_argument("--input-scale", type=float, default=1 / 16)
-    ap.add_argument("--output-scale", type=float, default=1 / 4)
-    ap.add_argument("--hf-batch-size", type=int, default=8)
-    ap.add_argument("--max-num-seqs", type=int, default=64)
-    ap.add_argument("--max-num-batched-tokens", type=int, default=512)
+    ap.add_argument("--trace", type=Path, default=AZURE_CONV,
+                    help=f"the trace whose first --num-requests rows are the requests (default: traces/"
+                         f"{AZURE_CONV.name})")
+    ap.add_argument("--num-requests", type=int, default=64, help="requests: the trace's first rows")
+    ap.add_argument("--input-scale", type=float, default=1 / 16,
+                    help="factor on each prompt's length from the trace, rounded, at least 1 token")
+    ap.add_argument("--output-scale", type=float, default=1 / 4,
+                    help="factor on each output's length from the trace, rounded, at least 1 token")
+    ap.add_argument("--hf-batch-size", type=int, default=8,
+                    help="transformers: requests per static batch, in trace order, left-padded")
+    ap.add_argument("--max-num-seqs", type=int, default=64,
+                    help="engine: maximum number of sequences to be processed in a single iteration")
+    ap.add_argument("--max-num-batched-tokens", type=int, default=512,
+                    help="engine: maximum number of tokens to be processed in a single iteration")
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads for both systems")
     ap.add_argument("--rounds", type=int, default=2, help="alternating runs of each system; the best counts")
     ap.add_argument("--skip-hf", action="store_true", help="measure the engine only")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
 
     # Prefix caching off: every round runs the same prompts again, and transformers has no
     # cache to reuse them from, so hits would flatter the engine.

@@ -28,6 +28,7 @@ import statistics
 import sys
 
 from paged import SamplingParams
+from paged.help_formatter import HelpFormatter
 
 from .cache_engine import KV_CACHE_DTYPES
 from .llm import LLM
@@ -87,15 +88,21 @@ def measure(model: str, dtypes: tuple[str, ...], num_prompts: int, max_tokens: i
     return results
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m paged.engine.kv_accuracy", description=__doc__.split("\n")[0])
-    parser.add_argument("--model", default="smollm2-135m")
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m paged.engine.kv_accuracy", description=__doc__.split("\n")[0],
+                                     formatter_class=HelpFormatter)
+    parser.add_argument("--model", default="smollm2-135m", help="name or path of the model to use")
     parser.add_argument("--dtypes", default=",".join(KV_CACHE_DTYPES), help="comma-separated kv_cache_dtypes")
-    parser.add_argument("--num-prompts", type=int, default=64)
-    parser.add_argument("--max-tokens", type=int, default=48)
-    parser.add_argument("--kv-cache-memory-bytes", type=int, default=64 << 20)
-    parser.add_argument("--json", help="also write the results here")
-    args = parser.parse_args(argv)
+    parser.add_argument("--num-prompts", type=int, default=64, help="distinct prompts, each run on every dtype")
+    parser.add_argument("--max-tokens", type=int, default=48, help="greedy tokens generated from each prompt")
+    parser.add_argument("--kv-cache-memory-bytes", type=int, default=64 << 20,
+                        help="size of every dtype's KV cache, in bytes")
+    parser.add_argument("--json", help="also write the results here (JSON)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     results = measure(args.model, tuple(args.dtypes.split(",")), args.num_prompts, args.max_tokens,
                       args.kv_cache_memory_bytes)
     print(f"{args.model}, {args.num_prompts} prompts x {args.max_tokens} greedy tokens, "

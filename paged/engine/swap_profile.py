@@ -34,6 +34,7 @@ import lz4
 import torch
 
 from paged import SamplingParams
+from paged.help_formatter import HelpFormatter
 
 from .kv_accuracy import prompts
 from .llm import LLM
@@ -95,15 +96,21 @@ def measure(model: str, dtypes: tuple[str, ...], num_prompts: int, max_tokens: i
     return results
 
 
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m paged.engine.swap_profile", description=__doc__.split("\n")[0],
+                                     formatter_class=HelpFormatter)
+    parser.add_argument("--model", default="smollm2-135m", help="name or path of the model to use")
+    parser.add_argument("--dtypes", default=",".join(DTYPES), help="comma-separated kv_cache_dtypes")
+    parser.add_argument("--num-prompts", type=int, default=24, help="prompts whose KV fills the blocks")
+    parser.add_argument("--max-tokens", type=int, default=64, help="tokens generated from each prompt (EOS ignored)")
+    parser.add_argument("--repeats", type=int, default=5, help="timed passes over all blocks; the best counts")
+    parser.add_argument("--out", default=DEFAULT_OUT, help="the profile to write (JSON), which python -m sim run "
+                                                           "--swap-profile reads")
+    return parser
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m paged.engine.swap_profile", description=__doc__.split("\n")[0])
-    parser.add_argument("--model", default="smollm2-135m")
-    parser.add_argument("--dtypes", default=",".join(DTYPES))
-    parser.add_argument("--num-prompts", type=int, default=24)
-    parser.add_argument("--max-tokens", type=int, default=64)
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--out", default=DEFAULT_OUT)
-    args = parser.parse_args(argv)
+    args = build_parser().parse_args(argv)
     results = measure(args.model, tuple(args.dtypes.split(",")), args.num_prompts, args.max_tokens, args.repeats)
     profile = {"model": args.model, "codec_library": f"lz4 {lz4.version.version} (lz4.frame, default level)",
                "machine": f"{platform.machine()} {platform.processor() or ''}".strip(), "threads": 1,

@@ -22,6 +22,7 @@ from paged import SamplingParams
 from paged.engine import AsyncLLM
 from paged.engine.bench import load_requests
 from paged.engine.engine_args import add_engine_args, engine_kwargs
+from paged.help_formatter import RawDescriptionHelpFormatter
 from paged.workloads.traces import AZURE_CONV
 
 from .server_process import launched_server
@@ -58,17 +59,21 @@ async def run_http(url: str, model: str, requests: list[tuple[list[int], int]]) 
         return time.perf_counter() - start, sum(tokens)
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m paged.serve.bench_http", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+                                 formatter_class=RawDescriptionHelpFormatter)
     # The engine benchmark's settings: prefix caching off (every round repeats the prompts), one thread.
     add_engine_args(ap, model="smollm2-135m", max_num_seqs=64, max_num_batched_tokens=512,
                     kv_cache_memory_bytes=1 << 30, enable_prefix_caching=False, threads=1)
-    ap.add_argument("--num-requests", type=int, default=64)
-    ap.add_argument("--input-scale", type=float, default=1 / 16)
-    ap.add_argument("--output-scale", type=float, default=1 / 4)
-    ap.add_argument("--rounds", type=int, default=2)
-    args = ap.parse_args(argv)
+    ap.add_argument("--num-requests", type=int, default=64, help="requests: the Azure conversation trace's first rows")
+    ap.add_argument("--input-scale", type=float, default=1 / 16, help="factor on each prompt's length from the trace")
+    ap.add_argument("--output-scale", type=float, default=1 / 4, help="factor on each output's length from the trace")
+    ap.add_argument("--rounds", type=int, default=2, help="alternating runs of each side; the best counts")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     kwargs = engine_kwargs(args)
     flags = [f"--{k.replace('_', '-')}" if v is True else f"--no-{k.replace('_', '-')}" if v is False
              else f"--{k.replace('_', '-')}={v}" for k, v in kwargs.items()]

@@ -32,6 +32,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 
+from paged.help_formatter import HelpFormatter
 from paged.workloads.workload import shared_prefix_workload
 
 from .bench_serve import summarize
@@ -82,17 +83,23 @@ def send_lateness(url: str, model: str, rate: float, duration_s: float, output_t
             **{f"lateness_{k}_ms": 1e3 * v for k, v in s["send_lateness_s"].items()}}
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m paged.serve.bench_router", description=__doc__.split("\n\n")[0])
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m paged.serve.bench_router", description=__doc__.split("\n\n")[0],
+                                formatter_class=HelpFormatter)
     p.add_argument("--backend", default=None, help="an OpenAI-compatible server (default: start the fake one)")
-    p.add_argument("--model", default="fake-model")
-    p.add_argument("--requests", type=int, default=500, help="of each kind, for the added latency")
+    p.add_argument("--model", default="fake-model", help="the model name sent in the requests")
+    p.add_argument("--requests", type=int, default=500,
+                   help="requests sent straight and as many through the router, for the added latency")
     p.add_argument("--rate", type=float, default=50.0, help="requests/s, for the send lateness")
-    p.add_argument("--duration-s", type=float, default=20.0)
-    p.add_argument("--output-tokens", type=int, default=32)
+    p.add_argument("--duration-s", type=float, default=20.0, help="seconds of the replay, for the send lateness")
+    p.add_argument("--output-tokens", type=int, default=32, help="tokens streamed back per request of the replay")
     p.add_argument("--workers", type=int, default=1, help="processes of the replay")
-    p.add_argument("--json", default=None)
-    args = p.parse_args(argv)
+    p.add_argument("--json", default=None, help="also write the results here (JSON)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     children = Children(Path(tempfile.mkdtemp(prefix="paged-bench-router-")))
     deadline = time.monotonic() + 120
     try:

@@ -39,6 +39,7 @@ from dataclasses import asdict, dataclass
 import httpx
 
 from paged import health
+from paged.help_formatter import HelpFormatter
 
 from .backends import KV_USAGE_METRICS, is_server_url
 from .scrape import Scrape, bucket_delta, histogram_quantile
@@ -194,14 +195,22 @@ def read_server(url: str, interval_s: float, api_key: str | None = None) -> tupl
     return before, after, t1 - t0, kv
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="paged doctor", description=__doc__.split("\n\n")[0])
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="paged doctor", description=__doc__.split("\n\n")[0],
+                                formatter_class=HelpFormatter)
     p.add_argument("url", help="the server, e.g. http://127.0.0.1:8000")
-    p.add_argument("--interval", type=float, default=5.0, help="seconds between the two scrapes of /metrics")
-    p.add_argument("--gpus", type=int, default=1, help="GPUs behind the server (for tokens/s per GPU)")
+    p.add_argument("--interval", type=float, default=5.0,
+                   help="seconds between the two scrapes of /metrics, over which rates and tail latencies are "
+                        "read; 0: back to back")
+    p.add_argument("--gpus", type=int, default=1, help="GPUs behind the server, for output tokens/s per GPU")
     p.add_argument("--json", action="store_true", help="print the checks as JSON")
     p.add_argument("--api-key", default=os.environ.get("PAGED_API_KEY"),
-                   help="the server's --api-key, for /debug/kv (default $PAGED_API_KEY)")
+                   help="the server's --api-key, sent for /debug/kv (default: $PAGED_API_KEY; none: no key)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = build_parser()
     args = p.parse_args(argv)
     if not args.interval >= 0:  # 0: the two scrapes back to back (rates over the time they took)
         p.error(f"--interval {args.interval}: expected seconds >= 0")
