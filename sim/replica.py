@@ -61,6 +61,7 @@ class Replica:
         self.pull: Callable[[int], None] | None = None
         self.on_idle: Callable[[], None] | None = None
         self.pool = scheduler.kv.pool
+        self.num_gpu_blocks = scheduler.cache_config.num_gpu_blocks  # its KV cache, which routers read
         self.block_size = scheduler.block_size
         self.idle = True
         self.outstanding = 0  # requests routed here and not finished yet

@@ -20,14 +20,19 @@ from .hashing import id_block_hashes
 
 
 class ReplicaView(Protocol):
-    """What a router may read of a replica: requests routed there and not finished, and the
-    share of its KV cache in use (0..1; vLLM exports it as `vllm:kv_cache_usage_perc`)."""
+    """What a router may read of a replica: requests routed there and not finished, the share of
+    its KV cache in use (0..1; vLLM exports it as `vllm:kv_cache_usage_perc`), and its KV cache in
+    blocks (vLLM exports it in `vllm:cache_config_info`; None while unknown). The size is per replica,
+    since replicas on different GPUs, or with other memory budgets, hold different caches."""
 
     @property
     def outstanding(self) -> int: ...
 
     @property
     def kv_usage(self) -> float: ...
+
+    @property
+    def num_gpu_blocks(self) -> int | None: ...
 
 
 class Router(Protocol):
@@ -375,24 +380,19 @@ class KVAware:
     `blocks_removed`, `all_blocks_cleared`) as replica i's events arrive, with the hashes its
     `BlockPool` registers (`paged.core.hashing`: chained BLAKE2b of the block's tokens, or of
     trace hash ids), and `route_hashes` with a request's block hashes; `route` takes trace
-    prefix ids and hashes them as the replicas will. Give it the replicas' `num_gpu_blocks` (vLLM
-    logs it and exports it in `vllm:cache_config_info`; `paged router --num-gpu-blocks`) to tell when a
-    request would wait for memory."""
+    prefix ids and hashes them as the replicas will. It reads each replica's `num_gpu_blocks` from its view
+    (`paged router` scrapes it from `vllm:cache_config_info`, or is told by `--num-gpu-blocks`) to tell when
+    a request would wait for memory; a replica whose size is unknown is full only at 100% usage."""
 
     name = "kv_aware"
     LOAD_MEAN_WINDOW = 64  # requests: smooths prompts' spread, follows a change of traffic within seconds
 
     def __init__(self, num_replicas: int, block_size: int = 16, hash_id_block_size: int = 512,
-                 load_tokens: float = MAX_LOAD_TOKENS, max_num_seqs: int = DEFAULT_MAX_NUM_SEQS,
-                 num_gpu_blocks: int | None = None) -> None:
+                 load_tokens: float = MAX_LOAD_TOKENS, max_num_seqs: int = DEFAULT_MAX_NUM_SEQS) -> None:
         """`load_tokens`: the first estimate of an outstanding request's prefill; `max_num_seqs`:
-        the most routings per replica whose blocks count in flight (a batch); `num_gpu_blocks`: the
-        replicas' KV cache in blocks (None: unknown, and a replica is full only at 100% usage)."""
+        the most routings per replica whose blocks count in flight (a batch)."""
         if not (isinstance(max_num_seqs, int) and max_num_seqs >= 1):
             raise ValueError(f"KVAware: max_num_seqs={max_num_seqs!r}, expected an integer >= 1")
-        if not (num_gpu_blocks is None or (isinstance(num_gpu_blocks, int) and num_gpu_blocks >= 1)):
-            raise ValueError(f"KVAware: num_gpu_blocks={num_gpu_blocks!r}, expected None or an integer >= 1")
-        self.num_gpu_blocks = num_gpu_blocks
         self.views = [ReplicaCacheView() for _ in range(num_replicas)]
         self.block_size = block_size
         self.hash_id_block_size = hash_id_block_size
@@ -441,12 +441,14 @@ class KVAware:
 
     def _full(self, replica, new_blocks: int) -> bool:
         """Whether the replica's blocks in use and `new_blocks` more (its prefill in flight, and the request's
-        blocks that its outstanding requests do not claim) exceed its KV cache: a request waits there for memory."""
+        blocks that its outstanding requests do not claim) exceed its KV cache (`num_gpu_blocks`; while unknown,
+        full only at 100% usage): a request waits there for memory."""
         if replica.outstanding == 0:
             return False
-        if self.num_gpu_blocks is None:
+        num_gpu_blocks = replica.num_gpu_blocks
+        if num_gpu_blocks is None:
             return replica.kv_usage >= 1
-        return replica.kv_usage + new_blocks / self.num_gpu_blocks > 1
+        return replica.kv_usage + new_blocks / num_gpu_blocks > 1
 
     def _choose(self, block_hashes, num_blocks: int, replicas) -> int:
         """The best replica. `block_hashes`: the first of the prompt's
@@ -490,17 +492,15 @@ ROUTERS = tuple(ROUTER_CLASSES)
 
 
 def make_router(name: str, num_replicas: int, capacity_ids: int | None = None, block_size: int = 16,
-                hash_id_block_size: int = 512, max_num_seqs: int = DEFAULT_MAX_NUM_SEQS,
-                num_gpu_blocks: int | None = None) -> Router:
+                hash_id_block_size: int = 512, max_num_seqs: int = DEFAULT_MAX_NUM_SEQS) -> Router:
     """`capacity_ids`: prefix_aware's record per replica; `max_num_seqs`: the replicas' batch,
-    which sizes prefix_aware's imbalance limit and kv_aware's record of blocks in flight; `num_gpu_blocks`:
-    the replicas' KV cache in blocks, which tells kv_aware when a request would wait for memory; `block_size`
-    and `hash_id_block_size`: how kv_aware names a request's blocks (as the replicas' pools do)."""
+    which sizes prefix_aware's imbalance limit and kv_aware's record of blocks in flight; `block_size`
+    and `hash_id_block_size`: how kv_aware names a request's blocks (as the replicas' pools do). kv_aware
+    reads each replica's KV cache size from its view (`ReplicaView.num_gpu_blocks`)."""
     if name not in ROUTER_CLASSES:
         raise ValueError(f"unknown router {name!r}: known are {sorted(ROUTER_CLASSES)}")
     if name == "prefix_aware":
         return PrefixAware(num_replicas, 1 << 20 if capacity_ids is None else capacity_ids, max_num_seqs)
     if name == "kv_aware":
-        return KVAware(num_replicas, block_size, hash_id_block_size, max_num_seqs=max_num_seqs,
-                       num_gpu_blocks=num_gpu_blocks)
+        return KVAware(num_replicas, block_size, hash_id_block_size, max_num_seqs=max_num_seqs)
     return ROUTER_CLASSES[name](num_replicas)

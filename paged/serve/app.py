@@ -37,7 +37,7 @@ from .debug_kv import kv_report
 from .disconnect import cancel_on_disconnect
 from .errors import PROBED, APIError, error_body, install_error_handlers, log
 from .kv_events import DEFAULT_CAPACITY, KVEventLog, snapshot
-from .metrics import ServerMetrics, scheduler_snapshot
+from .metrics import ServerMetrics, cache_config_info, scheduler_snapshot
 from .protocol import GenerateRequest, chat_request, completion_request, fit_context, json_body
 from .responses import ResponseBuilder
 from .streams import merge
@@ -56,8 +56,8 @@ class ServeSettings:
 
 def build_app(engine: AsyncLLM, settings: ServeSettings) -> FastAPI:
     names = settings.served_model_names
-    metrics = ServerMetrics(names[0])
     llm_engine = engine.engine
+    metrics = ServerMetrics(names[0], cache_config_info(llm_engine))
     max_model_len = llm_engine.scheduler.config.max_model_len
     kv_log = KVEventLog(settings.kv_events_capacity)
     llm_engine.scheduler.kv.pool.events = kv_log  # before any request: the log sees every change

@@ -10,12 +10,17 @@ may build several apps. Two sources:
   preemptions — and fragmentation, effective batch size, queue depth, block allocations and
   frees, aborted sequences (`paged:`), with failed HTTP requests by status
   (`paged:request_errors_total`).
+
+And the KV cache's configuration as vLLM exports it: `vllm:cache_config_info`, a gauge set to 1
+whose labels are the cache config's fields, values as Python prints them (`num_gpu_blocks="661"`,
+`enable_prefix_caching="True"`), for the engine as built: a cache sized from a memory budget
+shows the blocks it got. `paged router` reads `num_gpu_blocks` there (`paged.serve.backends`).
 """
 from __future__ import annotations
 
 import time
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from paged.engine import LLMEngine, RequestOutput
@@ -58,6 +63,19 @@ def scheduler_snapshot(engine: LLMEngine) -> dict:
             "block_frees": pool.num_frees, "num_aborted": stats.num_aborted}
 
 
+def cache_config_info(engine: LLMEngine) -> dict[str, str]:
+    """The labels of `vllm:cache_config_info`, under vLLM's `CacheConfig` names (`cache_dtype` is the
+    engine's `kv_cache_dtype`, `num_gpu_blocks_override` its `num_gpu_blocks` as given), plus the
+    `engine` index vLLM adds (one engine a server here)."""
+    cache, config = engine.scheduler.cache_config, engine.config
+    info = {"block_size": cache.block_size, "num_gpu_blocks": cache.num_gpu_blocks,
+            "num_cpu_blocks": cache.num_cpu_blocks, "enable_prefix_caching": cache.enable_prefix_caching,
+            "cache_dtype": config.kv_cache_dtype, "gpu_memory_utilization": config.gpu_memory_utilization,
+            "kv_cache_memory_bytes": config.kv_cache_memory_bytes, "swap_space": config.swap_space,
+            "num_gpu_blocks_override": config.num_gpu_blocks, "engine": 0}
+    return {name: str(value) for name, value in info.items()}
+
+
 class _SchedulerCollector:
     """Yields the last snapshot's values; the /metrics handler refreshes it before each scrape."""
 
@@ -76,7 +94,8 @@ class _SchedulerCollector:
 
 
 class ServerMetrics:
-    def __init__(self, model_name: str) -> None:
+    def __init__(self, model_name: str, cache_info: dict[str, str]) -> None:
+        """`cache_info`: the labels of `vllm:cache_config_info` (`cache_config_info`)."""
         self.registry = registry = CollectorRegistry()
         label = ["model_name"]
         self.model_name = model_name
@@ -94,6 +113,9 @@ class ServerMetrics:
                              buckets=REQUEST_BUCKETS, registry=registry)
         self.queue_time = Histogram("vllm:request_queue_time_seconds", "Arrival to first scheduled.", label,
                                     buckets=REQUEST_BUCKETS, registry=registry)
+        # a gauge, as vLLM's (prometheus-client's Info would expose the same name and labels)
+        Gauge("vllm:cache_config_info", "Information of the LLMEngine CacheConfig.", list(cache_info),
+              registry=registry).labels(**cache_info).set(1)
         self._scheduler = _SchedulerCollector(model_name)
         registry.register(self._scheduler)
         # The per-token paths use these children: looking a label up takes a lock and a dict lookup.

@@ -4,7 +4,8 @@
 
 Each completion (`/v1/completions`, `/v1/chat/completions`) goes to the backend that the simulator's
 router of the same name chooses (`paged.core.routing`), over the same view of each replica: the
-requests this router has in flight there and its last scraped KV usage (`paged.serve.backends`);
+requests this router has in flight there, its last scraped KV usage and its KV cache size (scraped from
+`vllm:cache_config_info` unless `--num-gpu-blocks` gives it: `paged.serve.backends`);
 `prefix_aware` reads the prompt's chained block ids (`paged.serve.prefix_ids`); `kv_aware` matches a
 prompt's block hashes against what each backend's KV events say it caches (`paged.serve.kv_sync`,
 polled every `--kv-events-interval-s`; `--block-size` must be the backends'). A token-id prompt has
@@ -17,7 +18,7 @@ answer names its backend's URL in an `x-paged-backend` header (`paged bench serv
 records it: the router's choices, request by request). `/v1/models` comes from the first healthy
 backend; `/health` is 200 while one backend is in service (both answer HEAD too, for load balancers'
 probes); `/metrics` counts what the router did per backend (`paged.serve.router_metrics`);
-`/kv/view` shows kv_aware's view of each backend's cache. Clients' `Authorization` headers pass
+`/kv/view` shows kv_aware's view of each backend's cache (and its size). Clients' `Authorization` headers pass
 through to the backends, which check them; the router's own reads of the backends' KV events carry
 `--api-key` (the backends' key), which no client request ever gets.
 
@@ -86,7 +87,7 @@ class RouterConfig:
     chat_template: str | None = None  # kv_aware with a tokenizer: the backends' --chat-template, if they have one
     max_num_seqs: int = DEFAULT_MAX_NUM_SEQS  # the backends' batch: sizes prefix_aware's imbalance limit
     max_body_bytes: int = 4 << 20  # larger bodies get 413 (paged serve's default limit)
-    num_gpu_blocks: int | None = None  # kv_aware: the backends' KV cache in blocks (when a request waits for memory)
+    num_gpu_blocks: int | None = None  # kv_aware: the backends' KV cache in blocks (None: each one's as it exports it)
 
 
 class InFlight:
@@ -126,10 +127,10 @@ class Forwarder:
         self.config = config
         timeout = httpx.Timeout(config.read_timeout_s, connect=config.connect_timeout_s)
         limits = httpx.Limits(max_connections=None)
-        self.backends = [Backend(url, lambda: httpx.AsyncClient(timeout=timeout, limits=limits))
+        self.backends = [Backend(url, lambda: httpx.AsyncClient(timeout=timeout, limits=limits), config.num_gpu_blocks)
                          for url in config.backends]
         self.policy = make_router(config.policy, len(self.backends), block_size=config.block_size,
-                                  max_num_seqs=config.max_num_seqs, num_gpu_blocks=config.num_gpu_blocks)
+                                  max_num_seqs=config.max_num_seqs)
         self.metrics = RouterMetrics(self.backends)
         own = {} if config.api_key is None else {"authorization": f"Bearer {config.api_key}"}
         self.kv_syncs = ([KVSync(b, self.policy.replica_events(i), config.block_size, own)
@@ -303,10 +304,11 @@ def create_app(config: RouterConfig) -> FastAPI:
 
     @app.get("/kv/view")
     async def kv_view() -> Response:
-        """kv_aware's view of each backend's cache: the hashes (hex) and the event seq it is current to."""
+        """kv_aware's view of each backend's cache: its size in blocks (null while unknown), the hashes (hex)
+        and the event seq it is current to."""
         return Response(json.dumps({"backends": [
-            {"url": s.backend.url, "epoch": s.epoch, "seq": s.seq, "blocks": sorted(h.hex() for h in s.view.hashes)}
-            for s in fwd.kv_syncs]}), media_type="application/json")
+            {"url": s.backend.url, "num_gpu_blocks": s.backend.num_gpu_blocks, "epoch": s.epoch, "seq": s.seq,
+             "blocks": sorted(h.hex() for h in s.view.hashes)} for s in fwd.kv_syncs]}), media_type="application/json")
 
     @app.get("/metrics")
     async def metrics() -> Response:
@@ -354,10 +356,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="prefix_aware: the backends' --max-num-seqs, which sizes how much more loaded than the "
                         "lightest a prefix's backend may be: paged.core.routing.balance_threshold")
     p.add_argument("--num-gpu-blocks", type=int, default=d.num_gpu_blocks,
-                   help="kv_aware: the backends' KV cache in blocks (their num_gpu_blocks, as vLLM logs it and "
-                        "exports it in vllm:cache_config_info), which tells when a request would wait there for "
-                        "memory; while another backend is idle, what such a backend caches counts for nothing. "
-                        "Default: unknown, and a backend is full only at 100%% KV usage")
+                   help="kv_aware: the backends' KV cache in blocks (their num_gpu_blocks), which tells when a "
+                        "request would wait there for memory; while another backend is idle, what such a backend "
+                        "caches counts for nothing. Given, it wins for every backend. Default: each backend's own, "
+                        "as its /metrics exports it in vllm:cache_config_info (vLLM and paged serve do); a backend "
+                        "that does not is full only at 100%% KV usage")
     p.add_argument("--max-body-bytes", type=int, default=d.max_body_bytes,
                    help="larger request bodies get 413, in bytes; at least the backends' --max-body-bytes")
     p.add_argument("--log-level", default="warning", help="log level for uvicorn")

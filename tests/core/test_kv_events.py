@@ -5,7 +5,8 @@ computed from the pools themselves plus the blocks claimed, at the price per out
 request the router has learnt, for the requests beyond the lightest replica's count plus its
 square root (while a replica is idle, the blocks still in flight at another count there as
 not cached, and none at a replica whose blocks in use, in flight and the request's that its routings
-do not claim would overflow its cache); ties go to fewer outstanding (for a prompt
+do not claim would overflow its cache, of the size its view reports: unknown, full at 100% usage);
+ties go to fewer outstanding (for a prompt
 no replica holds, fewer beyond that spread), then fewer blocks in flight, then the replica routed to
 longest ago. The model keeps its own record of
 what was sent where: per replica, for the newest `min(outstanding, MAX_NUM_SEQS)` routings as of each
@@ -32,6 +33,8 @@ LOAD = st.integers(0, 9) | st.just(0)  # an idle replica often: blocks in flight
 LOADS = st.tuples(LOAD, LOAD)
 USAGE = st.sampled_from([0.0, 0.25, 0.5, 1.0])  # KV usage: the request fits, or would wait for memory
 USAGES = st.tuples(USAGE, USAGE)
+SIZE = st.sampled_from([NUM_BLOCKS, 2 * NUM_BLOCKS, None])  # the cache each replica's view reports (None: unknown)
+SIZES = st.tuples(SIZE, SIZE)
 
 
 class KVEventsMachine(RuleBasedStateMachine):
@@ -40,7 +43,7 @@ class KVEventsMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         routing.MIN_COMPACT = 2  # the views purge expired claims all the time (restored in teardown)
-        self.router = KVAware(2, block_size=1, load_tokens=2, max_num_seqs=MAX_NUM_SEQS, num_gpu_blocks=NUM_BLOCKS)
+        self.router = KVAware(2, block_size=1, load_tokens=2, max_num_seqs=MAX_NUM_SEQS)
         self.pools = [BlockPool(NUM_BLOCKS) for _ in range(2)]
         for i, pool in enumerate(self.pools):
             pool.events = self.router.replica_events(i)
@@ -101,20 +104,21 @@ class KVEventsMachine(RuleBasedStateMachine):
             self.pools[r].reset_prefix_cache()
             self.sent[r] = []
 
-    @rule(target=PROMPTS, hashes=HASHES, loads=LOADS, usages=USAGES)
-    def route(self, hashes, loads, usages):
-        self.check_route(hashes, loads, usages)
+    @rule(target=PROMPTS, hashes=HASHES, loads=LOADS, usages=USAGES, sizes=SIZES)
+    def route(self, hashes, loads, usages, sizes):
+        self.check_route(hashes, loads, usages, sizes)
         return hashes
 
     @rule(target=PROMPTS, prompt=PROMPTS, more=st.lists(st.integers(0, 11), max_size=2), loads=LOADS,
-          usages=USAGES)
-    def follow_up(self, prompt, more, loads, usages):
+          usages=USAGES, sizes=SIZES)
+    def follow_up(self, prompt, more, loads, usages, sizes):
         """A prompt routed before, extended: a conversation's next turn."""
-        self.check_route(prompt + more, loads, usages)
+        self.check_route(prompt + more, loads, usages, sizes)
         return prompt + more
 
-    def check_route(self, hashes, loads, usages):
-        replicas = [SimpleNamespace(outstanding=o, kv_usage=u) for o, u in zip(loads, usages)]
+    def check_route(self, hashes, loads, usages, sizes):
+        replicas = [SimpleNamespace(outstanding=o, kv_usage=u, num_gpu_blocks=n)
+                    for o, u, n in zip(loads, usages, sizes)]
         price = min(self.router.load_tokens, MAX_LOAD_TOKENS)  # what an outstanding request costs now
         got = self.router.route_hashes(hashes, replicas)
         for r, load in enumerate(loads):  # only the newest routings can still be in flight
@@ -135,10 +139,11 @@ class KVEventsMachine(RuleBasedStateMachine):
 
         def full(i):
             """While a replica is idle, whether the request would wait for memory at replica i: what is in use,
-            in flight and its own blocks overflow the cache."""
+            in flight and its own blocks overflow the cache (of unknown size: 100% in use)."""
             shared = sum(h in self.claimed(i) for h in hashes[:run(i)])  # held or in flight there already
-            return (min(loads) == 0 and loads[i] > 0
-                    and usages[i] + (len(self.in_flight(i)) + len(hashes) - shared) / NUM_BLOCKS > 1)
+            new = len(self.in_flight(i)) + len(hashes) - shared
+            over = usages[i] >= 1 if sizes[i] is None else usages[i] + new / sizes[i] > 1
+            return min(loads) == 0 and loads[i] > 0 and over
 
         def score(i):
             excess = max(0.0, loads[i] - even)

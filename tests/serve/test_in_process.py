@@ -1,12 +1,14 @@
 """Pieces of the server checked without HTTP: the KV audit catches what it must, each app has its
-own metrics registry, and the command line binds to loopback unless told otherwise."""
+own metrics registry, the cache config is exported as vLLM exports it, and the command line binds
+to loopback unless told otherwise."""
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from paged import SamplingParams
 from paged.engine import LLMEngine
 from paged.engine.engine_config import EngineConfig
 from paged.serve.debug_kv import kv_report
-from paged.serve.metrics import ServerMetrics, scheduler_snapshot
+from paged.serve.metrics import ServerMetrics, cache_config_info, scheduler_snapshot
 from paged.serve.server import parse_args
 
 from .conftest import ENGINE
@@ -39,12 +41,32 @@ def test_the_audit_reports_block_tables_and_leaks(engine):
 
 
 def test_each_app_has_its_own_registry(engine):
-    first, second = ServerMetrics("a"), ServerMetrics("b")  # the global registry would refuse the second
+    info = cache_config_info(engine)
+    first, second = ServerMetrics("a", info), ServerMetrics("b", info)  # the global registry would refuse the second
     first.prompt_tokens.labels("a").inc(5)
     snapshot = scheduler_snapshot(engine)
     assert b'vllm:prompt_tokens_total{model_name="a"} 5.0' in first.render(snapshot)
     assert b'vllm:prompt_tokens_total{model_name="b"} 0.0' in second.render(snapshot)
     assert b'model_name="a"' not in second.render(snapshot)
+
+
+def test_the_cache_config_is_exported_as_vllm_exports_it(engine):
+    """`vllm:cache_config_info`: a gauge at 1 labelled with the cache as built. The engine sized it from its
+    memory budget (ENGINE's kv_cache_memory_bytes), so its num_gpu_blocks was never given: a router learns
+    it here."""
+    snapshot = scheduler_snapshot(engine)
+    families = {f.name: f for f in text_string_to_metric_families(
+        ServerMetrics("m", cache_config_info(engine)).render(snapshot).decode())}
+    family = families["vllm:cache_config_info"]
+    assert family.type == "gauge" and [s.value for s in family.samples] == [1.0]
+    labels = family.samples[0].labels
+    cache = engine.scheduler.cache_config
+    assert cache.num_gpu_blocks == engine.scheduler.kv.pool.num_blocks > 1
+    assert labels["num_gpu_blocks"] == str(cache.num_gpu_blocks)
+    assert {k: labels[k] for k in ("block_size", "num_cpu_blocks", "enable_prefix_caching", "cache_dtype",
+                                   "num_gpu_blocks_override", "kv_cache_memory_bytes", "engine")} == {
+        "block_size": "16", "num_cpu_blocks": "0", "enable_prefix_caching": "True", "cache_dtype": "auto",
+        "num_gpu_blocks_override": "None", "kv_cache_memory_bytes": str(4 << 20), "engine": "0"}
 
 
 def test_the_server_binds_to_loopback_by_default():

@@ -68,6 +68,13 @@ def view(router: str) -> list[set[str]]:
     return [set(b["blocks"]) for b in httpx.get(f"{router}/kv/view", timeout=10).json()["backends"]]
 
 
+def test_the_router_learns_each_replicas_cache_size_from_its_metrics(kv_cluster):
+    """The router is not told the replicas' cache size (no --num-gpu-blocks): it reads their
+    `vllm:cache_config_info`."""
+    backends = httpx.get(f"{kv_cluster['router']}/kv/view", timeout=10).json()["backends"]
+    assert [b["num_gpu_blocks"] for b in backends] == [48, 48]
+
+
 def test_a_shared_prefix_goes_to_the_replica_that_caches_it(kv_cluster):
     """The prefix is cached on replica b behind the router's back (sent to b directly), so only b's
     KV events can tell the router; a load-only router would send every request to a (ties go to

@@ -8,9 +8,13 @@ from paged.core.hashing import id_block_hashes
 from paged.core.routing import balance_threshold, make_router
 
 
-def replicas(outstanding, used=None, blocks=100):
+def replicas(outstanding, used=None, blocks=100, num_gpu_blocks=None):
+    """Views of replicas of `blocks` blocks, `used` of them in use; `num_gpu_blocks`: the size each one
+    tells the router (None: unknown, one for all, or a list)."""
     used = used or [0] * len(outstanding)
-    return [SimpleNamespace(outstanding=o, kv_usage=u / blocks) for o, u in zip(outstanding, used, strict=True)]
+    sizes = num_gpu_blocks if isinstance(num_gpu_blocks, list) else [num_gpu_blocks] * len(outstanding)
+    return [SimpleNamespace(outstanding=o, kv_usage=u / blocks, num_gpu_blocks=n)
+            for o, u, n in zip(outstanding, used, sizes, strict=True)]
 
 
 def req(ids=None):
@@ -127,34 +131,34 @@ def test_kv_aware_counts_no_cache_where_a_request_would_wait_for_memory():
     outweighed 8 outstanding requests, and turns of 10-30k tokens queued for memory where only two fit
     while three replicas idled (TTFT p99 0.72-1.74 s, least_outstanding 0.40-0.47 s). With no replica idle
     it waits wherever it goes, and the cache counts; with the cache's size unknown, a replica is full only
-    at 100% usage."""
+    at 100% usage. The size is each replica's own, read from its view: one twice as large has room."""
     system = list(range(16))  # 8,192 tokens: 512 blocks, a quarter of the cache
-    r = make_router("kv_aware", 2, block_size=16, hash_id_block_size=512, num_gpu_blocks=2048)
+    r = make_router("kv_aware", 2, block_size=16, hash_id_block_size=512)
     r.replica_events(0).blocks_stored(id_block_hashes(system, 512, 16, 512))
-    none_idle, unknown = copy.deepcopy(r), make_router("kv_aware", 2, block_size=16, hash_id_block_size=512)
-    unknown.replica_events(0).blocks_stored(id_block_hashes(system, 512, 16, 512))
-    assert r.route(req(system + [100]), replicas([2, 0], used=[1500, 0], blocks=2048)) == 0  # 544 blocks fit
+    assert r.route(req(system + [100]), replicas([2, 0], used=[1500, 0], blocks=2048, num_gpu_blocks=2048)) == 0
+    none_idle, unknown, larger = copy.deepcopy(r), copy.deepcopy(r), copy.deepcopy(r)  # 544 blocks fit
     # the system prompt is claimed there: 32 blocks in flight (request 100's) and the request's 32 others do not fit
-    assert r.route(req(system + [101]), replicas([2, 0], used=[2000, 0], blocks=2048)) == 1
-    assert none_idle.route(req(system + [101]), replicas([2, 1], used=[2000, 200], blocks=2048)) == 0
+    assert r.route(req(system + [101]), replicas([2, 0], used=[2000, 0], blocks=2048, num_gpu_blocks=2048)) == 1
+    assert none_idle.route(req(system + [101]), replicas([2, 1], used=[2000, 200], blocks=2048,
+                                                         num_gpu_blocks=2048)) == 0
     assert unknown.route(req(system + [101]), replicas([2, 0], used=[2000, 0], blocks=2048)) == 0
-    with pytest.raises(ValueError, match="num_gpu_blocks"):
-        make_router("kv_aware", 2, num_gpu_blocks=0)
+    assert larger.route(req(system + [101]), replicas([2, 0], used=[2000, 0], blocks=4096,
+                                                      num_gpu_blocks=[4096, 2048])) == 0
 
 
-def test_the_simulator_gives_kv_aware_the_replicas_cache_size(monkeypatch):
+def test_the_simulator_shows_kv_aware_each_replicas_cache_size(monkeypatch):
     import numpy as np
 
     import paged.core.routing as routing
     from sim import SimConfig, Workload, simulate
 
     seen = []
-    init = routing.KVAware.__init__
-    monkeypatch.setattr(routing.KVAware, "__init__", lambda self, *a, **k: seen.append(k["num_gpu_blocks"])
-                        or init(self, *a, **k))
+    route = routing.KVAware.route
+    monkeypatch.setattr(routing.KVAware, "route", lambda self, ids, replicas: seen.append(
+        [r.num_gpu_blocks for r in replicas]) or route(self, ids, replicas))
     w = Workload(np.zeros(1), np.array([40]), np.array([2]), name="one")
     simulate(w, SimConfig(replicas=2, router="kv_aware", num_gpu_blocks=64, max_model_len=64))
-    assert seen == [64]
+    assert seen == [[64, 64]]
 
 
 def test_kv_aware_counts_a_waiting_requests_blocks_at_its_replica_though_evicted():
