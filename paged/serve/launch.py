@@ -93,10 +93,10 @@ class Children:
 
 def router_options(server_options: list[str]) -> list[str]:
     """The engines' --block-size, for the router's prefix ids to name the blocks the engines
-    cache, --max-num-seqs, which sizes prefix_aware's imbalance limit, --max-body-bytes, so
-    that the router refuses no body the replicas take, and --num-gpu-blocks, which tells kv_aware
-    when a request would wait for memory (each left out when the engines use their default)."""
-    return [x for flag in ("--block-size", "--max-num-seqs", "--max-body-bytes", "--num-gpu-blocks")
+    cache, --max-num-seqs, which sizes prefix_aware's imbalance limit, and --max-body-bytes, so
+    that the router refuses no body the replicas take (each left out when the engines use their
+    default). Their KV cache size the router reads from their metrics (`vllm:cache_config_info`)."""
+    return [x for flag in ("--block-size", "--max-num-seqs", "--max-body-bytes")
             if (value := _server_option(server_options, flag)) is not None for x in (flag, value)]
 
 

@@ -25,9 +25,9 @@ def test_text_and_chat_are_hashed_in_blocks_of_characters():
     assert prefix_ids({"model": "m"}, 16) is None
 
 
-def test_the_launcher_gives_the_router_the_engines_block_size_batch_body_limit_and_cache_size():
-    assert router_options(["--max-num-seqs", "8", "--block-size", "32", "--num-gpu-blocks", "9", "--threads", "1"]) == [
-        "--block-size", "32", "--max-num-seqs", "8", "--num-gpu-blocks", "9"]
+def test_the_launcher_gives_the_router_the_engines_block_size_batch_and_body_limit():
+    assert router_options(["--max-num-seqs", "8", "--block-size", "32", "--num-gpu-blocks", "9"]) == [
+        "--block-size", "32", "--max-num-seqs", "8"]
     assert router_options(["--block-size=8"]) == ["--block-size", "8"]
     assert router_options(["--max-num-seqs", "8"]) == ["--max-num-seqs", "8"]
     assert router_options(["--threads", "1"]) == []
