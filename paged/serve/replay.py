@@ -24,6 +24,10 @@ BACKEND_HEADER = "x-paged-backend"  # a router's name for the backend that answe
 
 PENDING, FINISHED, ERROR = 0, 1, 2
 LEAD_S = 0.05  # the first send is this far after the replay starts, so it is not late by the setup
+# What every request samples with unless asked otherwise: greedy, as `vllm bench serve` sends by default (an
+# OpenAI server samples at temperature 1 when a request names none, which costs the engine more per token and
+# is not what a step profile, greedy, timed).
+GREEDY = {"temperature": 0.0}
 
 
 class Records:
@@ -82,13 +86,23 @@ async def _one(client: httpx.AsyncClient, url: str, body: bytes, i: int, rec: Re
         rec.itl_s[i] = np.diff(times)
 
 
+def request_body(model: str, prompt, max_tokens: int, sampling: dict) -> bytes:
+    """A streamed completion of exactly `max_tokens` tokens (ignore_eos), with the usage at the end (its
+    cached tokens) and the `sampling` fields."""
+    return json.dumps({"model": model, "prompt": prompt, "max_tokens": max_tokens, "ignore_eos": True, **sampling,
+                       "stream": True, "stream_options": {"include_usage": True}}).encode()
+
+
 async def replay(url: str, model: str, workload: Workload, prompt, timeout_s: float = 600.0, on_done=None,
-                 indices=None, start_wall_s: float | None = None) -> tuple[Records, float]:
+                 indices=None, start_wall_s: float | None = None,
+                 sampling: dict | None = None) -> tuple[Records, float]:
     """Replay `workload` against `url` (prompts from `prompt(i)`, outputs of the trace's lengths
     via max_tokens and ignore_eos); returns the records and the replay's length in seconds (from
     its start to the last answer). `on_done()` is called as each request ends (a progress bar's update).
     Only the requests `indices` (default: all) are sent, from `start_wall_s` (a `time.time()`;
-    default: now), so that processes can share one replay (`paged.serve.replay_workers`)."""
+    default: now), so that processes can share one replay (`paged.serve.replay_workers`).
+    `sampling`: the sampling fields every request carries (default `GREEDY`)."""
+    sampling = GREEDY if sampling is None else sampling
     loop = asyncio.get_running_loop()
     rec = Records(len(workload))
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
@@ -96,8 +110,7 @@ async def replay(url: str, model: str, workload: Workload, prompt, timeout_s: fl
         t0 = loop.time() + (LEAD_S if start_wall_s is None else start_wall_s - time.time())
         tasks = []
         for i in range(len(workload)) if indices is None else indices:
-            body = json.dumps({"model": model, "prompt": prompt(i), "max_tokens": int(workload.num_output_tokens[i]),
-                               "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}).encode()
+            body = request_body(model, prompt(i), int(workload.num_output_tokens[i]), sampling)
             rec.scheduled_s[i] = float(workload.arrival_s[i])
             delay = t0 + rec.scheduled_s[i] - loop.time()
             if delay > 0:

@@ -32,11 +32,12 @@ def _count_done() -> None:
         _SHARED["done"].value += 1
 
 
-def _work(url: str, model: str, workload: Workload, prompt, indices: np.ndarray, timeout_s: float):
+def _work(url: str, model: str, workload: Workload, prompt, indices: np.ndarray, timeout_s: float,
+          sampling: dict | None):
     _SHARED["ready"].release()
     _SHARED["go"].wait()
     return asyncio.run(replay(url, model, workload, prompt, timeout_s, _count_done, indices.tolist(),
-                              _SHARED["start"].value))
+                              _SHARED["start"].value, sampling))
 
 
 def merge(parts: list[Records], n: int) -> Records:
@@ -59,15 +60,16 @@ def _report(now_done: int, reported: int, on_done) -> int:
 
 
 def replay_in_processes(url: str, model: str, workload: Workload, prompt, workers: int, timeout_s: float = 600.0,
-                        on_done=None) -> tuple[Records, float]:
+                        on_done=None, sampling: dict | None = None) -> tuple[Records, float]:
     """`replay` in `workers` processes (1: in this one); the same records and length.
-    `on_done(k)` is told of requests as they end, k at a time."""
+    `on_done(k)` is told of requests as they end, k at a time; `sampling` as `replay`'s."""
     if workers == 1:
-        return asyncio.run(replay(url, model, workload, prompt, timeout_s, on_done))
+        return asyncio.run(replay(url, model, workload, prompt, timeout_s, on_done, sampling=sampling))
     ctx = mp.get_context("spawn")  # not fork: the parent may run threads (a progress bar's)
     ready, go, start, done = ctx.Semaphore(0), ctx.Event(), ctx.Value("d", 0.0), ctx.Value("i", 0)
     with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init, initargs=(ready, go, start, done)) as pool:
-        futures = [pool.submit(_work, url, model, workload, prompt, np.arange(w, len(workload), workers), timeout_s)
+        futures = [pool.submit(_work, url, model, workload, prompt, np.arange(w, len(workload), workers), timeout_s,
+                               sampling)
                    for w in range(workers)]
         deadline, waiting = time.monotonic() + STARTUP_TIMEOUT_S, workers
         while waiting:

@@ -9,10 +9,11 @@ import threading
 import httpx
 import numpy as np
 import pandas as pd
+import pytest
 
-from paged.serve.bench_serve import main, summarize
+from paged.serve.bench_serve import build_parser, main, sampling_fields, summarize
 from paged.serve.prompts import PromptMaker
-from paged.serve.replay import FINISHED, Records
+from paged.serve.replay import FINISHED, GREEDY, Records, request_body
 from paged.workloads.workload import Workload, shared_prefix_workload
 from sim.cli import main as sim_main
 
@@ -124,3 +125,27 @@ def test_errors_are_counted_when_the_server_dies_mid_run(backends, procs, tmp_pa
     assert doc["num_finished"] + doc["num_errors"] == doc["num_requests"] == 40
     assert sum(doc["errors"].values()) <= doc["num_errors"]  # the ten most common messages
     assert "error x" in capsys.readouterr().out
+
+
+def test_requests_are_greedy_unless_told_as_vllm_bench_serve_sends_them():
+    """A server samples at temperature 1 when a request names none; vllm bench serve sends 0 unless
+    told, and so does this load generator: its --temperature, --top-p and --top-k go into every body."""
+    parser = build_parser()
+    given = parser.parse_args(["--url", "http://x", "--shared-prefix", "1,16,16,4"])
+    assert sampling_fields(given, parser) == GREEDY == {"temperature": 0.0}
+    body = json.loads(request_body("m", [5, 6], 3, sampling_fields(given, parser)))
+    assert body["temperature"] == 0.0 and body["max_tokens"] == 3 and body["ignore_eos"] and body["stream"]
+    told = parser.parse_args(["--url", "http://x", "--shared-prefix", "1,16,16,4", "--temperature", "0.7",
+                              "--top-p", "0.9", "--top-k", "-1"])
+    sent = json.loads(request_body("m", [5], 1, sampling_fields(told, parser)))
+    assert {k: sent[k] for k in ("temperature", "top_p", "top_k")} == {"temperature": 0.7, "top_p": 0.9, "top_k": -1}
+
+
+@pytest.mark.parametrize("option, value", [("--temperature", "-0.5"), ("--temperature", "inf"), ("--top-p", "0"),
+                                           ("--top-p", "1.5"), ("--top-k", "-2")])
+def test_bad_sampling_options_stop_the_run_naming_the_value(option, value, capsys):
+    with pytest.raises(SystemExit) as stopped:
+        main(["--url", "http://127.0.0.1:9", "--shared-prefix", "1,16,16,4", option, value])
+    assert stopped.value.code == 2
+    err = capsys.readouterr().err
+    assert f"{option} {float(value) if option != '--top-k' else int(value)}" in err and "expected" in err
