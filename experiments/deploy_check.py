@@ -7,9 +7,10 @@ at once, so that each step is timed beside the other replica's (`paged.engine.pr
 contention between replicas on this machine's cores is then in the prediction), then carry it to the
 engines as they serve (`calibrate`): replay a calibration load of its own (the trace's next
 requests, other system prompts, other tokens) through a deployment, take the replicas' steps from
-`/debug/steps`, and scale the profile by their forward time over the profile's for the same shapes,
-plus the gap between busy steps (`served_steps`: the replicas share the 2 cores with their HTTP
-servers, the router and the load generator, which the profiling engines did not); (2) take a slice
+`/debug/steps`, and fit their forward times as a factor of the profile's for the same shapes plus a
+cost per sequence in the step (its token streamed by the replica's front end), plus the gap between
+busy steps (`served_steps`: the replicas share the 2 cores with their HTTP servers, the router and
+the load generator, which the profiling engines did not); (2) take a slice
 of the Azure conversation trace (lengths scaled down), put one of 8 long system prompts, drawn at
 random, in front of every prompt (a shared-prefix working set larger than one replica's KV cache but
 not than two: where a router keeps a system prompt decides prefix-cache hits), and rescale its
@@ -82,6 +83,7 @@ from common import (
     write_csv,
     write_png,
 )
+from served_steps import ServedSpeed
 from sim_vs_real import drift, sim_config
 
 from paged.engine import EngineConfig, LLMEngine
@@ -423,7 +425,7 @@ def calibrate(setup: Setup, workload: Workload, profile_path: Path, out: Path, v
     frame.to_csv(out / "steps-calibration.csv", index=False)
     served = served_steps.summary(frame)
     return {"forward_over_profile": served["forward_over_profile"]["all"], "busy_gap_s": served["busy_gap_s"]["mean"],
-            "num_requests": len(workload), "served_steps": served}
+            "served": asdict(served_steps.served_speed(served)), "num_requests": len(workload), "served_steps": served}
 
 
 def routed_as_launched(router: str, frontend_latency_s: float) -> dict:
@@ -431,11 +433,11 @@ def routed_as_launched(router: str, frontend_latency_s: float) -> dict:
     return {"router": router, "frontend_latency_s": frontend_latency_s, "kv_events_interval_s": KV_EVENTS_INTERVAL_S}
 
 
-def predict(workload: Workload, config: SimConfig, fit: ProfileFit, forward_over_profile: float, gap_s: float) -> dict:
+def predict(workload: Workload, config: SimConfig, fit: ProfileFit, served: ServedSpeed) -> dict:
     """The prediction, flat (`flat`): the mean over ENSEMBLE of the simulation with the profile's fit
-    `fit` served at `forward_over_profile` times that step time, and `gap_s` between steps."""
+    `fit` served at `served` (`served_steps.served_cost_model`), its forward passes ENSEMBLE times as long."""
     runs = [simulate(workload, replace(config, cost_model=served_steps.served_cost_model(
-        fit, speed * forward_over_profile, gap_s))).summary() for speed in ENSEMBLE]
+        fit, served.slower(k)))).summary() for k in ENSEMBLE]
     flats = [flat(r) | {"num_steps": r["num_steps"]} for r in runs]
     return {k: float(np.mean([f[k] for f in flats])) for k in flats[0]}
 
@@ -505,7 +507,7 @@ def drift_line(router: str, drifted: dict, others: float | None) -> str:
             if flagged(drifted) else f"within {DRIFT_FLAG:.0%} of what the prediction assumed")
     load = f"; other processes kept {others:.2f} cores busy" if others is not None else ""
     return (f"drift {router}: forward time over the profile's x{drifted['forward_over_profile']:.3f} in the replay, "
-            f"x{drifted['assumed_forward_over_profile']:.3f} in the calibration; busy gaps "
+            f"x{drifted['assumed_forward_over_profile']:.3f} as calibrated; busy gaps "
             f"{drifted['busy_gap_s'] * 1e3:.1f} vs {drifted['assumed_busy_gap_s'] * 1e3:.1f} ms; served step time "
             f"x{ratio:.3f} the prediction's{load}: {flag}")
 
@@ -591,8 +593,8 @@ def run(args: argparse.Namespace, setup: Setup) -> int:
         calibration = calibrate(setup, calibration_load, profile_path, args.out, vocab)
     phases["calibration"] = time.perf_counter() - t
     fit = fit_profile(profile_path)
-    config = replace(profiled, cost_model=served_steps.served_cost_model(
-        fit, calibration["forward_over_profile"], calibration["busy_gap_s"]))
+    speed = ServedSpeed(**calibration["served"])
+    config = replace(profiled, cost_model=served_steps.served_cost_model(fit, speed))
     print(f"calibration: {served_steps.describe('both replicas', calibration['served_steps'])}", flush=True)
     trace = shared_prefix_slice(setup)
     capacity = saturation_throughput(trace, config)
@@ -605,9 +607,8 @@ def run(args: argparse.Namespace, setup: Setup) -> int:
         with launched(router, setup, log_dir) as (url, urls):
             frontend = probe_frontend(url, urls, workload, vocab)
             routed = routed_as_launched(router, frontend["frontend_latency_s"])
-            predicted = predict(workload, replace(config, **routed), fit, calibration["forward_over_profile"],
-                                calibration["busy_gap_s"])
-            profile_only = predict(workload, replace(profiled, **routed), fit, 1.0, 0.0)
+            predicted = predict(workload, replace(config, **routed), fit, speed)
+            profile_only = predict(workload, replace(profiled, **routed), fit, ServedSpeed())
             with others_load(load, router):
                 measured, steps, requests = replay_measured(url, urls, workload, vocab)
         timings[router] = time.perf_counter() - t
@@ -618,8 +619,7 @@ def run(args: argparse.Namespace, setup: Setup) -> int:
         pd.concat(frames).to_csv(args.out / f"steps-{router}.csv", index=False)
         requests.to_csv(args.out / f"requests-{router}.csv", index=False)
         served = {f"replica{i}": served_steps.summary(f) for i, f in enumerate(frames)}
-        drifted = served_steps.drift(served_steps.summary(pd.concat(frames)), calibration["forward_over_profile"],
-                                     calibration["busy_gap_s"])
+        drifted = served_steps.drift(served_steps.summary(pd.concat(frames)), speed)
         routers[router] = {"metrics": compare(predicted, measured), **frontend, "drift": drifted,
                            "num_steps_predicted": predicted["num_steps"], "served_steps": served,
                            "profile_only": compare(profile_only, measured),

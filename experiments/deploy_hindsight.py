@@ -1,5 +1,5 @@
 """A finished `deploy_check.py` run, predicted again in hindsight: each router's replay simulated with
-that replay's own served step speed (its drift line's forward time over the profile's and busy gap)
+that replay's own served step speed (`served_steps.served_speed` of its steps, as its drift records it)
 instead of the calibration's. A diagnostic, never the check's prediction: a miss that the hindsight
 prediction still makes is the model's (routing, caching, the front end); one it does not make was
 the machine running off the calibration during that replay.
@@ -22,6 +22,7 @@ import deploy_check as dc
 import numpy as np
 import served_steps
 from common import at_load
+from served_steps import ServedSpeed
 
 from sim import SimConfig
 from sim.profiled import fit_profile
@@ -35,7 +36,7 @@ def hindsight(run: Path) -> dict[str, dict[str, float]]:
     fit = fit_profile(named if named.is_file() else run / "profile.json")
     setup = replace(dc.FULL, **{k: v for k, v in doc["conditions"]["setup"].items() if k != "grid"})
     workload = at_load(dc.shared_prefix_slice(setup), doc["conditions"]["offered_req_s"])
-    base = SimConfig(model=dc.MODEL, cost_model=served_steps.served_cost_model(fit, 1.0, 0.0),
+    base = SimConfig(model=dc.MODEL, cost_model=served_steps.served_cost_model(fit, ServedSpeed()),
                      num_gpu_blocks=setup.num_gpu_blocks, block_size=dc.BLOCK_SIZE, max_num_seqs=setup.max_num_seqs,
                      max_num_batched_tokens=setup.max_num_batched_tokens, max_model_len=setup.max_model_len,
                      replicas=dc.REPLICAS)
@@ -43,11 +44,11 @@ def hindsight(run: Path) -> dict[str, dict[str, float]]:
     for router, d in doc["routers"].items():
         drift = d["drift"]
         config = replace(base, **dc.routed_as_launched(router, d["frontend_latency_s"]))
-        again = dc.predict(workload, config, fit, drift["assumed_forward_over_profile"], drift["assumed_busy_gap_s"])
+        again = dc.predict(workload, config, fit, ServedSpeed(**drift["assumed"]))
         if not np.isclose(again["ttft_s_mean"], d["metrics"]["ttft_s_mean"]["predicted"], rtol=1e-9):
             raise RuntimeError(f"{run}: {router}'s prediction recomputed to {again['ttft_s_mean']!r} s mean TTFT, the "
                                f"run predicted {d['metrics']['ttft_s_mean']['predicted']!r}: not the same setup")
-        late = dc.predict(workload, config, fit, drift["forward_over_profile"], drift["busy_gap_s"])
+        late = dc.predict(workload, config, fit, ServedSpeed(**drift["served"]))
         out[router] = {k: late[k] - m["measured"] if k == "prefix_cache_hit_rate" else
                        (late[k] - m["measured"]) / m["measured"] for k, m in d["metrics"].items()
                        if k.endswith(("_mean", "_p50")) or k in ("throughput_req_s", "prefix_cache_hit_rate")}

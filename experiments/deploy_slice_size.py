@@ -30,6 +30,7 @@ import numpy as np
 import pandas as pd
 import served_steps
 from common import at_load, saturation_throughput
+from served_steps import ServedSpeed
 
 from sim import SimConfig, simulate
 from sim.profiled import fit_profile
@@ -44,7 +45,7 @@ def sweep(run: Path, sizes: list[int], seeds: list[int], load: float) -> pd.Data
     simulation; "ensemble": `deploy_check.predict`)."""
     doc = json.loads((run / "deploy_check.json").read_text())
     calibration = doc["conditions"]["calibration"]
-    forward, gap = calibration["forward_over_profile"], calibration["busy_gap_s"]
+    served = ServedSpeed(**calibration["served"])
     fit = fit_profile(run / "profile.json")
     frontend = float(np.median([r["frontend_latency_s"] for r in doc["routers"].values()]))
     rows = []
@@ -52,7 +53,7 @@ def sweep(run: Path, sizes: list[int], seeds: list[int], load: float) -> pd.Data
         dc.SEED = seed
         for n in sizes:
             setup = replace(dc.FULL, num_requests=n, load=load)
-            config = SimConfig(model=dc.MODEL, cost_model=served_steps.served_cost_model(fit, forward, gap),
+            config = SimConfig(model=dc.MODEL, cost_model=served_steps.served_cost_model(fit, served),
                                num_gpu_blocks=setup.num_gpu_blocks, block_size=dc.BLOCK_SIZE,
                                max_num_seqs=setup.max_num_seqs, max_num_batched_tokens=setup.max_num_batched_tokens,
                                max_model_len=setup.max_model_len, replicas=dc.REPLICAS, frontend_latency_s=frontend)
@@ -62,8 +63,8 @@ def sweep(run: Path, sizes: list[int], seeds: list[int], load: float) -> pd.Data
                 routed = replace(config, router=router)
                 for speed in SPEEDS:
                     single = dc.flat(simulate(workload, replace(routed, cost_model=served_steps.served_cost_model(
-                        fit, speed * forward, gap))).summary())
-                    ensemble = dc.predict(workload, routed, fit, speed * forward, gap)
+                        fit, served.slower(speed)))).summary())
+                    ensemble = dc.predict(workload, routed, fit, served.slower(speed))
                     rows += [{"seed": seed, "num_requests": n, "router": router, "speed": speed, "way": way,
                               "metric": k, "value": values[k], "span_s": float(workload.arrival_s[-1])}
                              for way, values in (("single", single), ("ensemble", ensemble)) for k in METRICS]

@@ -8,6 +8,7 @@ the same tokens for the requests of one group and different tokens across groups
 """
 import json
 import math
+from dataclasses import astuple
 
 import numpy as np
 import pandas as pd
@@ -71,7 +72,7 @@ def test_deploy_check_quick(tmp_path):
     assert sum(s["num_steps"] for s in router["served_steps"].values()) > 0
     assert set(router["profile_only"]) == set(metrics)
     assert router["drift"]["step_time_over_assumed"] > 0
-    assert router["drift"]["assumed_forward_over_profile"] == calibration["forward_over_profile"]
+    assert router["drift"]["assumed"] == calibration["served"]  # the speed the prediction used, the calibration's
     # the run carries what its prediction needs: recomputed from the JSON it comes out the same (else this raises)
     errors = load("deploy_hindsight").hindsight(tmp_path)
     assert set(errors) == {"prefix_aware"} and len(errors["prefix_aware"]) == 8
@@ -142,12 +143,12 @@ def test_served_cost_model_scales_the_profile_and_adds_the_gap(tmp_path):
     path.write_text(json.dumps({"format": "paged-step-profile/1", "model": "m", "device": "cpu", "dtype": "float32",
                                 "block_size": 16, "num_threads": 1, "samples": samples}))
     fit = fit_profile(path)
-    model = served_steps.served_cost_model(fit, 1.25, 0.003)
+    model = served_steps.served_cost_model(fit, served_steps.ServedSpeed(1.25, 0.002, 0.003))
     for x in samples:
         shape = {k: x[k] for k in ("num_prefill_tokens", "prefill_attention_pairs", "num_decode_tokens",
                                    "decode_context_sum", "num_seqs")}
-        assert model.step_seconds(**shape) == pytest.approx(1.25 * fit.cost_model.step_seconds(**shape) + 0.003,
-                                                            abs=1e-9)
+        assert model.step_seconds(**shape) == pytest.approx(
+            1.25 * fit.cost_model.step_seconds(**shape) + 0.002 * x["num_seqs"] + 0.003, abs=1e-9)
     # the steps of a replay held against it: 1.25x the profile's time, and the busy gaps
     steps = [{**x, "seq": i, "start_s": i * 1.0, "end_s": i * 1.0 + 1.25 * fit.cost_model.step_seconds(
         **{k: x[k] for k in served_steps.FEATURES}), "decode_max_context": 0} for i, x in enumerate(samples)]
@@ -155,21 +156,24 @@ def test_served_cost_model_scales_the_profile_and_adds_the_gap(tmp_path):
         s["forward_s"] = s["end_s"] - s["start_s"]
     summary = served_steps.summary(served_steps.step_frame(steps, path))
     assert summary["forward_over_profile"]["all"] == pytest.approx(1.25)
+    assert summary["served_fit"] == pytest.approx({"factor": 1.25, "per_seq_s": 0.0}, abs=1e-9)
     gaps = [b["start_s"] - a["end_s"] for a, b in zip(steps, steps[1:]) if b["num_decode_tokens"]]
     assert summary["busy_gap_s"]["count"] == len(gaps) and summary["busy_gap_s"]["mean"] == pytest.approx(np.mean(gaps))
     # held against the calibration it came from, the replay ran as assumed; against the bare profile (no
     # gaps), its served time (forward passes and busy gaps) over the profile's, and flagged
     gap = summary["busy_gap_s"]["mean"]
-    assert served_steps.drift(summary, 1.25, gap)["step_time_over_assumed"] == pytest.approx(1.0)
-    slow = served_steps.drift(summary, 1.0, 0.0)
+    as_calibrated = served_steps.ServedSpeed(1.25, 0.0, gap)
+    assert astuple(served_steps.served_speed(summary)) == pytest.approx(astuple(as_calibrated), abs=1e-9)
+    assert served_steps.drift(summary, as_calibrated)["step_time_over_assumed"] == pytest.approx(1.0)
+    slow = served_steps.drift(summary, served_steps.ServedSpeed())
     total = summary["forward_s_total"] + summary["busy_gap_s"]["total"]
     assert slow["step_time_over_assumed"] == pytest.approx(total / summary["profile_s_total"])
     assert slow["step_time_over_assumed"] > 1.25
     dc = load("deploy_check")
-    assert dc.flagged(slow) and not dc.flagged(served_steps.drift(summary, 1.25, gap))
+    assert dc.flagged(slow) and not dc.flagged(served_steps.drift(summary, as_calibrated))
     assert "FLAGGED" in dc.drift_line("r", slow, 0.5)
-    with pytest.raises(ValueError, match="forward_over_profile=0"):
-        served_steps.served_cost_model(fit, 0, 0.0)
+    with pytest.raises(ValueError, match="factor=0"):
+        served_steps.served_cost_model(fit, served_steps.ServedSpeed(0, 0.0, 0.0))
 
 
 def test_jitter_is_the_distance_from_the_line_through_the_speeds():
@@ -184,3 +188,25 @@ def test_jitter_is_the_distance_from_the_line_through_the_speeds():
     assert table.loc["ttft_s_mean", "jitter"] == pytest.approx(0, abs=1e-12)
     assert table.loc["ttft_s_mean", "elasticity"] == pytest.approx(1.0)
     assert 0.03 < table.loc["prefix_cache_hit_rate", "jitter"] < 0.04  # absolute, less what the line takes up
+
+
+def test_the_served_speed_is_fitted_as_a_factor_plus_a_cost_per_sequence():
+    """Steps served at 0.97x the profile plus 5 ms a sequence (each streams a token: decode batches
+    slow down with their size, a prefill hardly): the fit finds both, where one factor over all steps
+    would over-price the long one-sequence prefills and under-price the batches."""
+    served_steps = load("served_steps")
+    rng = np.random.default_rng(0)
+    seqs = rng.integers(1, 7, 300)
+    profile_s = np.where(rng.random(300) < 0.3, rng.uniform(0.2, 0.4, 300), 0.05 + 0.015 * seqs)
+    frame = pd.DataFrame({"profile_s": profile_s, "num_seqs": seqs,
+                          "forward_s": 0.97 * profile_s + 0.005 * seqs + rng.normal(0, 1e-4, 300)})
+    assert served_steps.served_fit(frame) == pytest.approx({"factor": 0.97, "per_seq_s": 0.005}, rel=0.02)
+    # too few steps to tell the two apart, or a fit that would make a cost negative: the plain ratio
+    one = frame.iloc[:1]
+    assert served_steps.served_fit(one) == {"factor": pytest.approx(one.forward_s.sum() / one.profile_s.sum()),
+                                            "per_seq_s": 0.0}
+    cheaper_with_more = frame.assign(forward_s=1.1 * profile_s - 0.004 * seqs)
+    fitted = served_steps.served_fit(cheaper_with_more)
+    assert fitted["per_seq_s"] == 0.0 and fitted["factor"] > 0
+    with pytest.raises(ValueError, match="per_seq_s=-0.001"):
+        served_steps.ServedSpeed(1.0, -0.001, 0.0)
