@@ -5,7 +5,9 @@ computed from the pools themselves plus the blocks claimed, at the price per out
 request the router has learnt, for the requests beyond the lightest replica's count plus its
 square root (while a replica is idle, the blocks still in flight at another count there as
 not cached, and none at a replica whose blocks in use, in flight and the request's that its routings
-do not claim would overflow its cache, of the size its view reports: unknown, full at 100% usage);
+do not claim would overflow its cache, of the size its view reports: unknown, full at 100% usage; and,
+while a cache has room for the blocks the request would store there, those a replica would evict to store
+them count against what it caches);
 ties go to fewer outstanding (for a prompt
 no replica holds, fewer beyond that spread), then fewer blocks in flight, then the replica routed to
 longest ago. The model keeps its own record of
@@ -145,9 +147,20 @@ class KVEventsMachine(RuleBasedStateMachine):
             over = usages[i] >= 1 if sizes[i] is None else usages[i] + new / sizes[i] > 1
             return min(loads) == 0 and loads[i] > 0 and over
 
+        def evicts(i):
+            """The cached blocks replica i evicts to store the request's blocks it does not hold: those beyond its
+            empty room (its cache less what is in flight to it and what it caches or holds; unknown size: none)."""
+            if sizes[i] is None:
+                return 0
+            taken = max(len(self.pools[i].cached), usages[i] * sizes[i]) + len(self.in_flight(i))
+            return max(0, len(hashes) - run(i) - max(0, sizes[i] - taken))
+
+        # while a replica is idle and a cache has room for the request, what a full one would evict counts
+        room = min(loads) == 0 and min(evicts(i) for i in range(2)) == 0
+
         def score(i):
             excess = max(0.0, loads[i] - even)
-            saved = 0 if full(i) else run(i) - waits(i)
+            saved = 0 if full(i) else run(i) - waits(i) - (evicts(i) if room else 0)
             return (saved - price * excess, -(excess if cold else loads[i]), -len(self.in_flight(i)),
                     -self.last[i], -i)
 

@@ -146,6 +146,25 @@ def test_kv_aware_counts_no_cache_where_a_request_would_wait_for_memory():
                                                       num_gpu_blocks=[4096, 2048])) == 0
 
 
+def test_kv_aware_fills_an_empty_cache_before_evicting_from_a_full_one():
+    """The blocks a request stores at a replica whose cache is full evict as many cached ones; while another
+    replica's cache has room for them, they count against what the full one caches. A cached system prompt
+    that is less than the turn brings anew no longer keeps every turn on the replicas that cached it first
+    while the others' caches stay empty (AGENTIC with an 8k-token system prompt on 8 H200s: three never
+    used, 84.4% of the pooled-LRU yardstick). A turn bringing less than the prompt stays; with no room
+    anywhere every choice evicts, and the cache counts as before."""
+    system = list(range(16))  # 8,192 tokens: 512 blocks, a quarter of the cache
+    r = make_router("kv_aware", 2, block_size=16, hash_id_block_size=512)
+    r.replica_events(0).blocks_stored(id_block_hashes(system + list(range(100, 148)), 512, 16, 2048))  # full
+    no_room = copy.deepcopy(r)
+    no_room.replica_events(1).blocks_stored(id_block_hashes(list(range(200, 264)), 512, 16, 2048))
+    long_turn = system + list(range(300, 320))  # 640 blocks past the system prompt
+    first_turn = system + [400]  # 32
+    assert r.route(req(first_turn), replicas([0, 0], num_gpu_blocks=2048)) == 0
+    assert r.route(req(long_turn), replicas([0, 0], num_gpu_blocks=2048)) == 1
+    assert no_room.route(req(long_turn), replicas([0, 0], num_gpu_blocks=2048)) == 0
+
+
 def test_the_simulator_shows_kv_aware_each_replicas_cache_size(monkeypatch):
     import numpy as np
 
