@@ -37,7 +37,8 @@ class BaseScheduler(ABC):
         self.block_size = cache_config.block_size
         self.kv = KVCacheManager(cache_config)
         self.policy = make_policy(scheduler_config.policy)
-        self.waiting = RequestQueue(self.policy, WAITING, self.kv)
+        self.waiting = RequestQueue(self.policy, WAITING, self.kv,
+                                    tell_kv=cache_config.eviction == "queue" and cache_config.enable_prefix_caching)
         self.requests: dict[str, Request] = {}  # unfinished requests by id
         self.capacity_tokens = cache_config.num_gpu_slots
         self.max_len = min(scheduler_config.max_model_len, self.capacity_tokens)
