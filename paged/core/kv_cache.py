@@ -23,7 +23,6 @@ from .block_pool import Block, BlockPool
 from .block_table import BlockCount, BlockTable
 from .config import CacheConfig
 from .hashing import extend_block_hashes
-from .queue_aware_pool import QueueAwarePool
 from .request import Request
 
 
@@ -32,8 +31,12 @@ class KVCacheManager:
         self.config = config
         self.block_size = config.block_size
         self.enable_caching = config.enable_prefix_caching
-        queue_aware = config.eviction == "queue" and config.enable_prefix_caching
-        self.pool = (QueueAwarePool if queue_aware else BlockPool)(config.num_gpu_blocks, config.enable_prefix_caching)
+        if config.eviction == "queue" and config.enable_prefix_caching:
+            from .queue_aware_pool import QueueAwarePool  # (imported only where used: a run's start pays for imports)
+
+            self.pool = QueueAwarePool(config.num_gpu_blocks)
+        else:
+            self.pool = BlockPool(config.num_gpu_blocks, config.enable_prefix_caching)
         self.cpu_pool = BlockPool(config.num_cpu_blocks, enable_caching=False) if config.num_cpu_blocks else None
         self.tables: dict[str, BlockTable | BlockCount] = {}
         self.cpu_tables: dict[str, list[Block]] = {}
