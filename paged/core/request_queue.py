@@ -6,8 +6,8 @@ counter breaks ties, so a policy's keys may tie. A request that leaves early (ab
 dynamic policy (longest prefix match) the order is computed once per scheduling step, when the
 head is first asked for: the cache changes between steps, not while one step admits.
 
-A queue told to `tell_kv` (the waiting queue over a queue-aware pool, `CacheConfig.eviction="queue"`)
-tells the KV cache manager each request that joins or leaves it, with its key.
+`KVTellingQueue`, the waiting queue over a queue-aware pool (`CacheConfig.eviction="queue"`), tells
+the KV cache manager each request that joins or leaves it, with its key.
 """
 from __future__ import annotations
 
@@ -19,14 +19,10 @@ from .request import Request, RequestStatus
 
 
 class RequestQueue:
-    def __init__(self, policy: Policy, status: RequestStatus, kv=None, tell_kv: bool = False) -> None:
+    def __init__(self, policy: Policy, status: RequestStatus, kv=None) -> None:
         self.policy = policy
         self.status = status  # the status a live member has (WAITING or SWAPPED)
         self.kv = kv
-        if tell_kv and not policy.static_order:
-            raise ValueError(f"policy {policy.name!r}: a queue-aware KV cache needs a static queue order "
-                             "(its members' keys must not change while they wait)")
-        self.tell_kv = tell_kv
         self._heap: list[tuple] = []
         self._counter = itertools.count()
         self._items: list[Request] = []  # dynamic order: the head last
@@ -45,10 +41,7 @@ class RequestQueue:
         req.status = self.status
         self.num_requests += 1
         if self.policy.static_order:
-            key = self.policy.key(req)
-            heapq.heappush(self._heap, (*key, next(self._counter), req))
-            if self.tell_kv:
-                self.kv.waits(req, key)
+            heapq.heappush(self._heap, (*self.policy.key(req), next(self._counter), req))
         else:
             self._items.append(req)
             self._stale = True
@@ -76,10 +69,7 @@ class RequestQueue:
         """Remove the head returned by the last `peek`."""
         self.num_requests -= 1
         if self.policy.static_order:
-            entry = heapq.heappop(self._heap)
-            if self.tell_kv:
-                self.kv.stops_waiting(entry[-1], entry[:-2])
-            return entry[-1]
+            return heapq.heappop(self._heap)[-1]
         return self._items.pop()
 
     def discard(self, req: Request) -> None:
@@ -88,8 +78,6 @@ class RequestQueue:
         waits: they are dropped for good once they outnumber the live ones. (A dynamic order drops
         them every step.)"""
         self.num_requests -= 1
-        if self.tell_kv:
-            self.kv.stops_waiting(req, self.policy.key(req))
         heap = self._heap
         if len(heap) > 2 * self.num_requests:
             heap[:] = [e for e in heap if e[-1].status == self.status and e[-1] is not req]
@@ -98,3 +86,26 @@ class RequestQueue:
     def __iter__(self):
         src = (e[-1] for e in self._heap) if self.policy.static_order else iter(self._items)
         return (r for r in src if r.status == self.status)
+
+
+class KVTellingQueue(RequestQueue):
+    """A queue in a static order that tells the KV cache manager who waits where (`KVCacheManager.waits`)."""
+
+    def __init__(self, policy: Policy, status: RequestStatus, kv) -> None:
+        if not policy.static_order:
+            raise ValueError(f"policy {policy.name!r}: a queue-aware KV cache needs a static queue order "
+                             "(its members' keys must not change while they wait)")
+        super().__init__(policy, status, kv)
+
+    def push(self, req: Request) -> None:
+        super().push(req)
+        self.kv.waits(req, self.policy.key(req))
+
+    def pop(self) -> Request:
+        req = super().pop()
+        self.kv.stops_waiting(req, self.policy.key(req))
+        return req
+
+    def discard(self, req: Request) -> None:
+        super().discard(req)
+        self.kv.stops_waiting(req, self.policy.key(req))

@@ -41,7 +41,9 @@ class Scheduler(BaseScheduler):
         self._now = 0.0  # the time of the step being scheduled
         self._watermark_blocks = cache_config.watermark_blocks  # kept free at admission while anything runs
         # and, over a queue-aware pool, up to this many of the free blocks the waiting requests would hit
-        self._queue_reserve = cache_config.queue_reserve_blocks if self.waiting.tell_kv else 0
+        self._queue_reserve = cache_config.queue_reserve_blocks if self.queue_aware else 0
+        # later arrivals rank last and change nothing a window does (see arrivals_change_nothing)
+        self._arrivals_rank_last = self.policy.arrivals_rank_last and not self.queue_aware
         # The running request the policy values least, with its victim key, while known: kept as
         # requests join the running set (`_start`), forgotten when it leaves it (see _pick_victim).
         self._lowest: tuple[Request, tuple] | None = None
@@ -223,11 +225,9 @@ class Scheduler(BaseScheduler):
             n = threshold
         if n < n_new and not self.config.enable_chunked_prefill:
             return "budget", 0
-        reserve = 0
-        if self.decode.members or self.prefilling:
-            reserve = self._watermark_blocks
-            if self._queue_reserve:
-                reserve += self._held_for_queue(hits)
+        reserve = self._watermark_blocks if self.decode.members or self.prefilling else 0
+        if self._queue_reserve and (self.decode.members or self.prefilling):
+            reserve += self._held_for_queue(hits)
         short = kv.try_allocate_slots(req, n, hits, reserve)
         if short:
             return "blocks", short
@@ -472,10 +472,10 @@ class Scheduler(BaseScheduler):
             if head.status == SWAPPED:
                 need = kv.num_swapped_blocks(head)
             elif -(-(head.num_computed_base + head.num_prompt_tokens + head.num_output_base)
-                   // self.block_size) + 1 <= free - (self._queue_reserve and self._held_for_queue(())):
+                   // self.block_size) + 1 <= free - self._queue_reserve:
                 # It fits even if it needed a fresh block for every token and a copy-on-write one
-                # (the most `free_blocks_needed` can say), and left the most the queue reserve can
-                # hold: no need to plan it (most calls end here).
+                # (the most `free_blocks_needed` can say), and left the whole queue reserve free:
+                # no need to plan it (most calls end here).
                 # (Its num_computed_tokens + num_tokens, from its own counts: a queued request.)
                 return False
             else:
@@ -496,7 +496,7 @@ class Scheduler(BaseScheduler):
         """True when the queue's head is blocked for a lasting reason (`_admission_blocked`: it stays
         blocked until a finish) and the order puts every later arrival behind it; never over a
         queue-aware pool, where an arrival's prompt changes which blocks the decode steps evict."""
-        return self._admission_blocked and self.policy.arrivals_rank_last and not self.waiting.tell_kv
+        return self._admission_blocked and self._arrivals_rank_last
 
     def uniform_step_shape(self) -> tuple[int, int]:
         return len(self.decode.members), self.decode.context_sum
