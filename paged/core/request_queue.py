@@ -19,6 +19,8 @@ from .request import Request, RequestStatus
 
 
 class RequestQueue:
+    tells_kv = False  # whether it tells the KV cache manager who waits where (`KVTellingQueue`)
+
     def __init__(self, policy: Policy, status: RequestStatus, kv=None) -> None:
         self.policy = policy
         self.status = status  # the status a live member has (WAITING or SWAPPED)
@@ -90,6 +92,8 @@ class RequestQueue:
 
 class KVTellingQueue(RequestQueue):
     """A queue in a static order that tells the KV cache manager who waits where (`KVCacheManager.waits`)."""
+
+    tells_kv = True
 
     def __init__(self, policy: Policy, status: RequestStatus, kv) -> None:
         if not policy.static_order:

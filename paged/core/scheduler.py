@@ -41,9 +41,8 @@ class Scheduler(BaseScheduler):
         self._now = 0.0  # the time of the step being scheduled
         self._watermark_blocks = cache_config.watermark_blocks  # kept free at admission while anything runs
         # and, over a queue-aware pool, up to this many of the free blocks the waiting requests would hit
-        self._queue_reserve = cache_config.queue_reserve_blocks if self.queue_aware else 0
-        # later arrivals rank last and change nothing a window does (see arrivals_change_nothing)
-        self._arrivals_rank_last = self.policy.arrivals_rank_last and not self.queue_aware
+        # (no more attributes than needed: past 30 an instance's attribute reads all slow down)
+        self._queue_reserve = cache_config.queue_reserve_blocks if self.waiting.tells_kv else 0
         # The running request the policy values least, with its victim key, while known: kept as
         # requests join the running set (`_start`), forgotten when it leaves it (see _pick_victim).
         self._lowest: tuple[Request, tuple] | None = None
@@ -496,7 +495,7 @@ class Scheduler(BaseScheduler):
         """True when the queue's head is blocked for a lasting reason (`_admission_blocked`: it stays
         blocked until a finish) and the order puts every later arrival behind it; never over a
         queue-aware pool, where an arrival's prompt changes which blocks the decode steps evict."""
-        return self._admission_blocked and self._arrivals_rank_last
+        return self._admission_blocked and self.policy.arrivals_rank_last and not self.waiting.tells_kv
 
     def uniform_step_shape(self) -> tuple[int, int]:
         return len(self.decode.members), self.decode.context_sum

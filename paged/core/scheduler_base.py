@@ -38,8 +38,8 @@ class BaseScheduler(ABC):
         self.kv = KVCacheManager(cache_config)
         self.policy = make_policy(scheduler_config.policy)
         # over a queue-aware pool, the waiting queue tells the KV cache who waits where
-        self.queue_aware = cache_config.eviction == "queue" and cache_config.enable_prefix_caching
-        self.waiting = (KVTellingQueue if self.queue_aware else RequestQueue)(self.policy, WAITING, self.kv)
+        queue_aware = cache_config.eviction == "queue" and cache_config.enable_prefix_caching
+        self.waiting = (KVTellingQueue if queue_aware else RequestQueue)(self.policy, WAITING, self.kv)
         self.requests: dict[str, Request] = {}  # unfinished requests by id
         self.capacity_tokens = cache_config.num_gpu_slots
         self.max_len = min(scheduler_config.max_model_len, self.capacity_tokens)
