@@ -85,6 +85,8 @@ def build_cache_config(config: SimConfig) -> CacheConfig:
         num_cpu_blocks=plan.num_cpu_blocks if config.preemption == "swap" else 0,
         enable_prefix_caching=config.enable_prefix_caching,
         watermark=config.watermark,
+        eviction=config.eviction,
+        queue_reserve=config.queue_reserve,
     )
 
 

@@ -52,6 +52,11 @@ class SimConfig:
     swap_codec_threads: int = 1
     enable_prefix_caching: bool = True
     watermark: float = 0.01
+    # which free cached blocks go first: "lru" (vLLM's) or "queue" (those the waiting queue needs
+    # last, paged.core.queue_aware_pool), with up to queue_reserve of the blocks kept at admission
+    # for those the queue would hit (CacheConfig)
+    eviction: str = "lru"
+    queue_reserve: float = 0.0
     # the scheduler (max_model_len: None = the model's context length)
     max_num_seqs: int = 256
     max_num_batched_tokens: int = 2048

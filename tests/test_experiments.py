@@ -205,14 +205,15 @@ def test_an_out_folder_that_cannot_be_made_is_a_usage_error(tmp_path, capsys):
 
 
 def test_chat_past_saturation(tmp_path):
-    """Every seed x queue order x router has a row, on the same workload per seed; the ratio is the hit
+    """Every seed x replica setting x router has a row, on the same workload per seed; the ratio is the hit
     rate over the yardstick; reading the replicas' caches catches more reuse than balancing load alone."""
+    exp = load("chat_past_saturation")
     table = run_quick("chat_past_saturation", tmp_path)
-    assert len(table) == 2 * 2 * 3 and set(table.policy) == {"fcfs", "lpm"}
+    assert len(table) == 2 * 3 * 3 and set(table.setting) == {"fcfs", exp.QUEUE_AWARE, "lpm"}
     assert set(table.router) == {"kv_aware", "kv_aware (events read every 0.25 s)", "least_outstanding"}
     assert (table.groupby("seed").yardstick.nunique() == 1).all()
     assert np.allclose(table.ratio, table.hit_rate / table.yardstick)
-    by = table.pivot_table(index=["seed", "policy"], columns="router", values="hit_rate")
+    by = table.pivot_table(index=["seed", "setting"], columns="router", values="hit_rate")
     assert (by.kv_aware > by.least_outstanding).all()
     assert (table.num_finished == table.num_requests).all()
     assert (tmp_path / "chat_past_saturation.png").exists()
@@ -221,10 +222,10 @@ def test_chat_past_saturation(tmp_path):
 def test_chat_past_saturation_verdict_names_the_seeds_whose_tail_is_worse():
     """A tail worse than least_outstanding's on one seed of two is reported on that seed, not on every one."""
     exp = load("chat_past_saturation")
-    rows = [{"seed": seed, "policy": policy, "router": router, "ratio": 0.9, "ttft_s_p99": p99}
-            for policy in exp.POLICIES for seed in (1, 2)
-            for router, p99 in (("kv_aware", 10.0 + (seed == 2 and policy == "fcfs")), (exp.POLLED, 10.0),
+    rows = [{"seed": seed, "setting": setting, "router": router, "ratio": 0.9, "ttft_s_p99": p99}
+            for setting in exp.SETTINGS for seed in (1, 2)
+            for router, p99 in (("kv_aware", 10.0 + (seed == 2 and setting == "fcfs")), (exp.POLLED, 10.0),
                                 ("least_outstanding", 10.5))]
-    fcfs, lpm = exp.verdicts(pd.DataFrame(rows))
+    fcfs, _, lpm = exp.verdicts(pd.DataFrame(rows))
     assert fcfs.outcome == "partly holds" and fcfs.headline.endswith("worse than least_outstanding on seed 2")
     assert lpm.outcome == "holds" and lpm.headline.endswith("no worse than least_outstanding on every seed")

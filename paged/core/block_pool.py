@@ -122,7 +122,7 @@ class BlockPool:
             self.num_allocations += 1
             self.num_free_blocks -= 1
             return b
-        return self._evict(1)[0] if self._lru else None
+        return self._evict(1)[0] if self.num_free_blocks else None  # (all the free blocks are cached ones)
 
     def allocate_n(self, n: int) -> list[Block]:
         k = self._num_plain_for(n, "allocate_n")
@@ -134,7 +134,7 @@ class BlockPool:
     def _num_plain_for(self, n: int, caller: str) -> int:
         """How many of n blocks come off the plain stack (the rest are evicted); raises if fewer than n are free."""
         plain = len(self._plain) - self.num_lent
-        if n > plain + len(self._lru):
+        if n > self.num_free_blocks:
             raise RuntimeError(f"{caller}({n}) with only {self.num_free_blocks} free blocks")
         return n if n < plain else plain
 

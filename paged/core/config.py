@@ -11,6 +11,7 @@ from .policies import POLICIES, Policy
 from .validation import is_int, is_number, is_power_of_two, require
 
 PREEMPTION_MODES = ("recompute", "swap")
+EVICTIONS = ("lru", "queue")
 
 
 @dataclass(slots=True)
@@ -21,6 +22,13 @@ class CacheConfig:
     host pool that preemption by swap moves blocks into (0 disables swapping). `watermark`
     is the fraction of device blocks kept free at admission so that running requests can
     grow a little before anyone has to be preempted.
+
+    `eviction` orders the eviction of free cached blocks: "lru" (vLLM's: least recently freed
+    first, a request's blocks tail first) or "queue" (`paged.core.queue_aware_pool`: those no
+    waiting prompt would hit first, then the ones the queue needs last; it needs a static queue
+    order). Under "queue", `queue_reserve` is the fraction of device blocks that admission leaves
+    to those the queue would hit: the queue's head waits, as for the watermark, rather than evict
+    what the requests behind it will hit (0: the eviction order alone).
     """
 
     num_gpu_blocks: int
@@ -28,6 +36,8 @@ class CacheConfig:
     num_cpu_blocks: int = 0
     enable_prefix_caching: bool = True
     watermark: float = 0.01
+    eviction: str = "lru"
+    queue_reserve: float = 0.0
 
     def __post_init__(self) -> None:
         bs = self.block_size
@@ -39,10 +49,18 @@ class CacheConfig:
                  "CacheConfig", "num_cpu_blocks", self.num_cpu_blocks, "an integer >= 0")
         require(is_number(self.watermark) and 0.0 <= self.watermark < 1.0,
                  "CacheConfig", "watermark", self.watermark, "a value in [0, 1)")
+        require(self.eviction in EVICTIONS, "CacheConfig", "eviction", self.eviction, f"one of {list(EVICTIONS)}")
+        require(is_number(self.queue_reserve) and 0.0 <= self.queue_reserve < 1.0
+                and (self.queue_reserve == 0.0 or self.eviction == "queue"),
+                "CacheConfig", "queue_reserve", self.queue_reserve, 'a value in [0, 1), 0 unless eviction="queue"')
 
     @property
     def watermark_blocks(self) -> int:
         return int(self.watermark * self.num_gpu_blocks)
+
+    @property
+    def queue_reserve_blocks(self) -> int:
+        return int(self.queue_reserve * self.num_gpu_blocks)
 
     @property
     def num_gpu_slots(self) -> int:

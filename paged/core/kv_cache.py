@@ -31,7 +31,12 @@ class KVCacheManager:
         self.config = config
         self.block_size = config.block_size
         self.enable_caching = config.enable_prefix_caching
-        self.pool = BlockPool(config.num_gpu_blocks, config.enable_prefix_caching)
+        if config.eviction == "queue" and config.enable_prefix_caching:
+            from .queue_aware_pool import QueueAwarePool  # (imported only where used: a run's start pays for imports)
+
+            self.pool = QueueAwarePool(config.num_gpu_blocks)
+        else:
+            self.pool = BlockPool(config.num_gpu_blocks, config.enable_prefix_caching)
         self.cpu_pool = BlockPool(config.num_cpu_blocks, enable_caching=False) if config.num_cpu_blocks else None
         self.tables: dict[str, BlockTable | BlockCount] = {}
         self.cpu_tables: dict[str, list[Block]] = {}
@@ -70,6 +75,21 @@ class KVCacheManager:
                 break
             hits.append(b)
         return hits, len(hits) * self.block_size
+
+    def waits(self, request: Request, key: tuple) -> None:
+        """A request joined the waiting queue at `key` (a queue-aware pool keeps what its prompt would hit)."""
+        if request.has_content:
+            self.pool.want(self._prompt_hashes(request), key)
+
+    def stops_waiting(self, request: Request, key: tuple) -> None:
+        """The request `waits` was told of left the waiting queue."""
+        if request.has_content:
+            self.pool.unwant(self._prompt_hashes(request), key)
+
+    def _prompt_hashes(self, request: Request) -> list:
+        """The hashes `get_computed_blocks` looks up: fixed while the request waits."""
+        n = (request.num_prompt_tokens + request.num_output_base - 1) // self.block_size
+        return extend_block_hashes(request, self.block_size, n)[:n]
 
     def record_prefix_query(self, num_query_tokens: int, num_hit_tokens: int) -> None:
         self.prefix_cache_queries += num_query_tokens

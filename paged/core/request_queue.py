@@ -5,6 +5,9 @@ With a static-order policy it is a heap of (*key, arrival counter, request), the
 counter breaks ties, so a policy's keys may tie. A request that leaves early (abort) is skipped lazily. With a
 dynamic policy (longest prefix match) the order is computed once per scheduling step, when the
 head is first asked for: the cache changes between steps, not while one step admits.
+
+`KVTellingQueue`, the waiting queue over a queue-aware pool (`CacheConfig.eviction="queue"`), tells
+the KV cache manager each request that joins or leaves it, with its key.
 """
 from __future__ import annotations
 
@@ -16,6 +19,8 @@ from .request import Request, RequestStatus
 
 
 class RequestQueue:
+    tells_kv = False  # whether it tells the KV cache manager who waits where (`KVTellingQueue`)
+
     def __init__(self, policy: Policy, status: RequestStatus, kv=None) -> None:
         self.policy = policy
         self.status = status  # the status a live member has (WAITING or SWAPPED)
@@ -83,3 +88,28 @@ class RequestQueue:
     def __iter__(self):
         src = (e[-1] for e in self._heap) if self.policy.static_order else iter(self._items)
         return (r for r in src if r.status == self.status)
+
+
+class KVTellingQueue(RequestQueue):
+    """A queue in a static order that tells the KV cache manager who waits where (`KVCacheManager.waits`)."""
+
+    tells_kv = True
+
+    def __init__(self, policy: Policy, status: RequestStatus, kv) -> None:
+        if not policy.static_order:
+            raise ValueError(f"policy {policy.name!r}: a queue-aware KV cache needs a static queue order "
+                             "(its members' keys must not change while they wait)")
+        super().__init__(policy, status, kv)
+
+    def push(self, req: Request) -> None:
+        super().push(req)
+        self.kv.waits(req, self.policy.key(req))
+
+    def pop(self) -> Request:
+        req = super().pop()
+        self.kv.stops_waiting(req, self.policy.key(req))
+        return req
+
+    def discard(self, req: Request) -> None:
+        super().discard(req)
+        self.kv.stops_waiting(req, self.policy.key(req))

@@ -40,6 +40,9 @@ class Scheduler(BaseScheduler):
                              or cfg.max_num_batched_tokens)
         self._now = 0.0  # the time of the step being scheduled
         self._watermark_blocks = cache_config.watermark_blocks  # kept free at admission while anything runs
+        # and, over a queue-aware pool, up to this many of the free blocks the waiting requests would hit
+        # (no more attributes than needed: past 30 an instance's attribute reads all slow down)
+        self._queue_reserve = cache_config.queue_reserve_blocks if self.waiting.tells_kv else 0
         # The running request the policy values least, with its victim key, while known: kept as
         # requests join the running set (`_start`), forgotten when it leaves it (see _pick_victim).
         self._lowest: tuple[Request, tuple] | None = None
@@ -222,6 +225,8 @@ class Scheduler(BaseScheduler):
         if n < n_new and not self.config.enable_chunked_prefill:
             return "budget", 0
         reserve = self._watermark_blocks if self.decode.members or self.prefilling else 0
+        if self._queue_reserve and (self.decode.members or self.prefilling):
+            reserve += self._held_for_queue(hits)
         short = kv.try_allocate_slots(req, n, hits, reserve)
         if short:
             return "blocks", short
@@ -236,6 +241,12 @@ class Scheduler(BaseScheduler):
         self._start(req)
         self._schedule_prefill(req, n, out)
         return None, n
+
+    def _held_for_queue(self, hits) -> int:
+        """What admitting a waiting request whose prefix hits are `hits` leaves free for the requests
+        behind it: the free blocks their prompts would hit (its own hits it takes), up to the reserve."""
+        held = self.kv.pool.num_kept - sum(b.ref_cnt == 0 for b in hits)
+        return held if held < self._queue_reserve else self._queue_reserve
 
     def _schedule_prefill(self, req: Request, n: int, out: SchedulerOutput) -> None:
         out.prefill_requests.append(req)
@@ -460,9 +471,10 @@ class Scheduler(BaseScheduler):
             if head.status == SWAPPED:
                 need = kv.num_swapped_blocks(head)
             elif -(-(head.num_computed_base + head.num_prompt_tokens + head.num_output_base)
-                   // self.block_size) + 1 <= free:
+                   // self.block_size) + 1 <= free - self._queue_reserve:
                 # It fits even if it needed a fresh block for every token and a copy-on-write one
-                # (the most `free_blocks_needed` can say): no need to plan it (most calls end here).
+                # (the most `free_blocks_needed` can say), and left the whole queue reserve free:
+                # no need to plan it (most calls end here).
                 # (Its num_computed_tokens + num_tokens, from its own counts: a queued request.)
                 return False
             else:
@@ -472,6 +484,8 @@ class Scheduler(BaseScheduler):
                 if n < n_new and not cfg.enable_chunked_prefill:
                     return False  # short of budget: that may clear at the next step
                 need = kv.free_blocks_needed(head, n, hits)
+                if self._queue_reserve:
+                    free -= self._held_for_queue(hits)
             if need <= free:
                 return False  # it fits: the next step admits it
         self._admission_blocked = True
@@ -479,8 +493,9 @@ class Scheduler(BaseScheduler):
 
     def arrivals_change_nothing(self) -> bool:
         """True when the queue's head is blocked for a lasting reason (`_admission_blocked`: it stays
-        blocked until a finish) and the order puts every later arrival behind it."""
-        return self._admission_blocked and self.policy.arrivals_rank_last
+        blocked until a finish) and the order puts every later arrival behind it; never over a
+        queue-aware pool, where an arrival's prompt changes which blocks the decode steps evict."""
+        return self._admission_blocked and self.policy.arrivals_rank_last and not self.waiting.tells_kv
 
     def uniform_step_shape(self) -> tuple[int, int]:
         return len(self.decode.members), self.decode.context_sum

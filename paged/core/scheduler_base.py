@@ -25,7 +25,7 @@ from .kv_cache import KVCacheManager
 from .metrics import SchedulerStats
 from .policies import make_policy
 from .request import FINISHED_ABORTED, FINISHED_STOPPED, REJECTED, WAITING, Request, RequestStatus
-from .request_queue import RequestQueue
+from .request_queue import KVTellingQueue, RequestQueue
 from .scheduler_output import SchedulerOutput
 
 
@@ -37,7 +37,9 @@ class BaseScheduler(ABC):
         self.block_size = cache_config.block_size
         self.kv = KVCacheManager(cache_config)
         self.policy = make_policy(scheduler_config.policy)
-        self.waiting = RequestQueue(self.policy, WAITING, self.kv)
+        # over a queue-aware pool, the waiting queue tells the KV cache who waits where
+        queue_aware = cache_config.eviction == "queue" and cache_config.enable_prefix_caching
+        self.waiting = (KVTellingQueue if queue_aware else RequestQueue)(self.policy, WAITING, self.kv)
         self.requests: dict[str, Request] = {}  # unfinished requests by id
         self.capacity_tokens = cache_config.num_gpu_slots
         self.max_len = min(scheduler_config.max_model_len, self.capacity_tokens)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 
+from paged.core.config import EVICTIONS
 from paged.help_formatter import HelpFormatter
 from paged.workloads.options import add_workload_options, numbers, positive
 from paged.workloads.traces import REPO
@@ -49,6 +50,12 @@ def add_sim_options(p: argparse.ArgumentParser) -> None:
                    help="never reuse the KV blocks of a shared prefix")
     g.add_argument("--watermark", type=float, default=d.watermark,
                    help="fraction of blocks kept free when admitting, so that running requests can grow")
+    g.add_argument("--eviction", default=d.eviction, choices=EVICTIONS,
+                   help="which free cached blocks are evicted first: lru (vLLM's: least recently freed) or queue "
+                        "(those no waiting prompt would hit, then those the queue needs last; a static --policy)")
+    g.add_argument("--queue-reserve", type=float, default=d.queue_reserve,
+                   help="with --eviction queue: fraction of blocks that admission leaves to the free blocks the "
+                        "waiting prompts would hit (the queue's head waits rather than evict them)")
     g.add_argument("--swap-compression", default=d.swap_compression, choices=SWAP_CODECS,
                    help="swapped blocks LZ4-compressed on the host, modelled from a measured profile")
     g.add_argument("--swap-profile", default=d.swap_profile,

@@ -28,15 +28,17 @@ def configs(draw):
     # from "one request barely fits" to roomy
     num_blocks = draw(st.integers(-(-(MAX_MODEL_LEN + 1) // bs), 3 * MAX_MODEL_LEN // bs + 2))
     mode = draw(st.sampled_from(["recompute", "swap"]))
+    policy = draw(st.sampled_from(["fcfs", "priority", "sjf", "edf", "lpm"]))
+    eviction = "lru" if policy == "lpm" else draw(st.sampled_from(["lru", "queue"]))  # queue: a static order
     cache = CacheConfig(num_gpu_blocks=num_blocks, block_size=bs,
                         num_cpu_blocks=draw(st.integers(0, num_blocks)) if mode == "swap" else 0,
                         enable_prefix_caching=draw(st.booleans()),
-                        watermark=draw(st.sampled_from([0.0, 0.01, 0.1])))
+                        watermark=draw(st.sampled_from([0.0, 0.01, 0.1])), eviction=eviction,
+                        queue_reserve=draw(st.sampled_from([0.0, 0.1, 0.3])) if eviction == "queue" else 0.0)
     sched = SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=budget, max_model_len=MAX_MODEL_LEN,
                             enable_chunked_prefill=chunked,
                             long_prefill_token_threshold=draw(st.sampled_from([0, 0, 8, 20])),
-                            policy=draw(st.sampled_from(["fcfs", "priority", "sjf", "edf", "lpm"])),
-                            preemption_mode=mode)
+                            policy=policy, preemption_mode=mode)
     return cache, sched
 
 

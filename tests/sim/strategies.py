@@ -46,6 +46,8 @@ def sim_configs(draw) -> SimConfig:
         budget = max(budget, max_model_len)
     replicas = draw(st.integers(1, 3))
     static = draw(st.integers(0, 5)) == 0
+    policy = draw(st.sampled_from(["fcfs", "priority", "sjf", "edf", "lpm"]))
+    eviction = "lru" if policy == "lpm" else draw(st.sampled_from(["lru", "queue"]))  # queue: a static order
     return SimConfig(
         replicas=replicas,
         router=draw(st.sampled_from(["round_robin", "least_outstanding", "least_kv", "prefix_aware", "kv_aware"])),
@@ -56,12 +58,14 @@ def sim_configs(draw) -> SimConfig:
         swap_space_gib=draw(st.sampled_from([0.0, 0.02, 4.0])),
         enable_prefix_caching=draw(st.booleans()),
         watermark=draw(st.sampled_from([0.0, 0.01, 0.1])),
+        eviction=eviction,
+        queue_reserve=draw(st.sampled_from([0.0, 0.1, 0.3])) if eviction == "queue" else 0.0,
         max_num_seqs=max_num_seqs,
         max_num_batched_tokens=budget,
         max_model_len=max_model_len,
         enable_chunked_prefill=chunked,
         long_prefill_token_threshold=draw(st.sampled_from([0, 0, 8, 20])),
-        policy=draw(st.sampled_from(["fcfs", "priority", "sjf", "edf", "lpm"])),
+        policy=policy,
         preemption=draw(st.sampled_from(["recompute", "swap"])),
         static_batching=static,
         static_batch_size=draw(st.integers(1, min(4, max_num_seqs))),
