@@ -65,11 +65,9 @@ class KVCacheManager:
         the last token must be computed again to produce the logits of the next one."""
         if not self.enable_caching or not request.has_content:
             return [], 0
-        max_blocks = (request.num_tokens - 1) // self.block_size
-        hashes = extend_block_hashes(request, self.block_size, max_blocks)
         get = self.pool.cached.get
         hits = []
-        for h in hashes[:max_blocks]:
+        for h in self._prefix_hashes(request):
             b = get(h)
             if b is None:
                 break
@@ -79,16 +77,17 @@ class KVCacheManager:
     def waits(self, request: Request, key: tuple) -> None:
         """A request joined the waiting queue at `key` (a queue-aware pool keeps what its prompt would hit)."""
         if request.has_content:
-            self.pool.want(self._prompt_hashes(request), key)
+            self.pool.want(self._prefix_hashes(request), key)
 
     def stops_waiting(self, request: Request, key: tuple) -> None:
         """The request `waits` was told of left the waiting queue."""
         if request.has_content:
-            self.pool.unwant(self._prompt_hashes(request), key)
+            self.pool.unwant(self._prefix_hashes(request), key)
 
-    def _prompt_hashes(self, request: Request) -> list:
-        """The hashes `get_computed_blocks` looks up: fixed while the request waits."""
-        n = (request.num_prompt_tokens + request.num_output_base - 1) // self.block_size
+    def _prefix_hashes(self, request: Request) -> list:
+        """The hashes of the blocks a prefix hit may cover (`get_computed_blocks`): every full block but
+        one holding the last token. Fixed while the request waits (it has no tokens to add then)."""
+        n = (request.num_tokens - 1) // self.block_size
         return extend_block_hashes(request, self.block_size, n)[:n]
 
     def record_prefix_query(self, num_query_tokens: int, num_hit_tokens: int) -> None:
