@@ -10,9 +10,13 @@ measures each metric's jitter: its largest distance from the least-squares line 
 over the speeds (relative; absolute for the hit rate). The line is the smooth response to the
 machine's speed, which the check's drift lines explain; the jitter is what no drift line can. It
 does so for one simulation at each speed and for the check's prediction (`deploy_check.predict`,
-the mean over `deploy_check.ENSEMBLE` around it). Simulation only: minutes on one core.
+the mean over `deploy_check.ENSEMBLE` around it). It also counts, at each speed, the metrics one
+simulation (a replay exactly as simulated) misses the prediction by more than the check's goals: the
+check's pass rate were the model exact, which is the most a design of the check can promise. Simulation
+only: minutes on one core.
 
-    python experiments/deploy_slice_size.py --from DIR [--sizes 36,108] [--seeds 0,1] [--load 0.5]
+    python experiments/deploy_slice_size.py --from DIR [--sizes 36,108] [--seeds 0,1] [--load 0.45]
+        [--set num_gpu_blocks=104,num_groups=8]
 
 DIR is a `deploy_check.py` output (its profile.json and the calibration in deploy_check.json make the
 served cost model, as the check's prediction does); `--seeds` draws the groups anew (`deploy_check.SEED`).
@@ -40,9 +44,9 @@ METRICS = ("ttft_s_mean", "ttft_s_p50", "tpot_s_mean", "tpot_s_p50", "e2e_s_mean
            "prefix_cache_hit_rate")
 
 
-def sweep(run: Path, sizes: list[int], seeds: list[int], load: float) -> pd.DataFrame:
+def sweep(run: Path, sizes: list[int], seeds: list[int], load: float, base: dc.Setup = dc.FULL) -> pd.DataFrame:
     """Each metric for each seed, size, speed, router, and way of predicting ("single": one
-    simulation; "ensemble": `deploy_check.predict`)."""
+    simulation; "ensemble": `deploy_check.predict`), on `base` of that size and load."""
     doc = json.loads((run / "deploy_check.json").read_text())
     calibration = doc["conditions"]["calibration"]
     served = ServedSpeed(**calibration["served"])
@@ -52,7 +56,7 @@ def sweep(run: Path, sizes: list[int], seeds: list[int], load: float) -> pd.Data
     for seed in seeds:
         dc.SEED = seed
         for n in sizes:
-            setup = replace(dc.FULL, num_requests=n, load=load)
+            setup = replace(base, num_requests=n, load=load)
             config = SimConfig(model=dc.MODEL, cost_model=served_steps.served_cost_model(fit, served),
                                num_gpu_blocks=setup.num_gpu_blocks, block_size=dc.BLOCK_SIZE,
                                max_num_seqs=setup.max_num_seqs, max_num_batched_tokens=setup.max_num_batched_tokens,
@@ -86,15 +90,46 @@ def jitter(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.groupby(keys, sort=False)[["speed", "value", "metric"]].apply(one).reset_index()
 
 
+def misses(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per seed, size and speed: how many of the check's judged metrics (every router's) one
+    simulation misses the prediction at the same speed by more than the check's goals, each as
+    `deploy_check.compare` measures it (relative to the single run; the hit rate absolute)."""
+    wide = frame.pivot_table(index=["seed", "num_requests", "speed", "router", "metric"], columns="way",
+                             values="value").reset_index()
+    hit = wide.metric == "prefix_cache_hit_rate"
+    error = (wide.ensemble - wide.single).where(hit, (wide.ensemble - wide.single) / wide.single).abs()
+    wide["miss"] = error > np.where(hit, dc.HIT_RATE_GOAL, dc.GOAL)
+    return wide.groupby(["seed", "num_requests", "speed"]).miss.sum().rename("misses").reset_index()
+
+
+def setup_overrides(text: str) -> dict:
+    """--set's KEY=VALUE pairs as `deploy_check.Setup` fields of their own types (the size and the load
+    have options of their own)."""
+    fields = {f: type(getattr(dc.FULL, f)) for f in dc.Setup.__dataclass_fields__
+              if f not in ("grid", "num_requests", "load")}
+    out = {}
+    for pair in filter(None, text.split(",")):
+        key, _, value = pair.partition("=")
+        if key not in fields:
+            raise SystemExit(f"--set: {key!r} is no field of deploy_check.Setup; expected one of {sorted(fields)}")
+        try:
+            out[key] = fields[key](value)
+        except ValueError:
+            raise SystemExit(f"--set: {key}={value!r}: expected a value of type {fields[key].__name__}") from None
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python experiments/deploy_slice_size.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--from", dest="run", type=Path, required=True, help="a deploy_check.py output folder")
     p.add_argument("--sizes", default=f"36,{dc.FULL.num_requests}", help="slice sizes, comma-separated")
     p.add_argument("--seeds", default="0,1", help="seeds of the groups' draw, comma-separated")
     p.add_argument("--load", type=float, default=dc.FULL.load, help="offered rate over the predicted capacity")
+    p.add_argument("--set", default="", help="other fields of the setup, KEY=VALUE,... (e.g. num_gpu_blocks=96)")
     args = p.parse_args(argv)
+    base = replace(dc.FULL, **setup_overrides(args.set))
     frame = sweep(args.run, [int(x) for x in args.sizes.split(",")], [int(x) for x in args.seeds.split(",")],
-                  args.load)
+                  args.load, base)
     table = jitter(frame)
     worst = table.groupby(["way", "num_requests", "router", "metric"], sort=False).jitter.max()
     elasticity = table[table.way == "ensemble"].groupby(["num_requests", "metric"], sort=False).elasticity.median()
@@ -106,6 +141,11 @@ def main(argv: list[str] | None = None) -> int:
         print("elasticity of the prediction (ensemble): the line's relative move per relative change of step time, "
               "median over routers and seeds")
         print(elasticity.unstack("metric")[list(METRICS)].to_string())
+        passed = misses(frame).groupby("num_requests").misses.agg(
+            checks="size", passed=lambda m: int((m == 0).sum()), misses_per_check="mean")
+        print("a replay exactly as simulated (one simulation at each speed, each seed) against the prediction at its "
+              "speed: checks passed (every metric within goal), and judged metrics missed per check")
+        print(passed.to_string())
         print("arrival span (s):", ", ".join(f"seed {s} n={n}: {v:.0f}" for (s, n), v in spans.items()))
     return 0
 

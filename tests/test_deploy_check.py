@@ -190,6 +190,32 @@ def test_jitter_is_the_distance_from_the_line_through_the_speeds():
     assert 0.03 < table.loc["prefix_cache_hit_rate", "jitter"] < 0.04  # absolute, less what the line takes up
 
 
+def test_a_check_misses_where_one_run_is_off_the_prediction_beyond_the_goals():
+    """The design's pass rate were the model exact: one simulation (the replay) against the ensemble
+    at the same speed, each metric as the check judges it (relative to the replay; hit rate absolute)."""
+    import pandas as pd
+
+    size = load("deploy_slice_size")
+    rows = [{"seed": 0, "num_requests": 9, "router": "r", "speed": speed, "way": way, "metric": metric, "value": value}
+            for speed, off in ((1.0, False), (1.01, True))
+            for metric, single, ensemble in (("ttft_s_mean", 1.0, 1.11 if off else 1.09),  # 11% off / 9% off
+                                             ("prefix_cache_hit_rate", 0.5, 0.531 if off else 0.529))
+            for way, value in (("single", single), ("ensemble", ensemble))]
+    counted = size.misses(pd.DataFrame(rows)).set_index("speed").misses
+    assert counted.to_dict() == {1.0: 0, 1.01: 2}
+
+
+def test_the_setup_fields_set_from_the_command_line_are_checked():
+    size = load("deploy_slice_size")
+    assert size.setup_overrides("num_gpu_blocks=96,num_groups=4") == {"num_gpu_blocks": 96, "num_groups": 4}
+    with pytest.raises(SystemExit, match="'cache_blocks' is no field"):
+        size.setup_overrides("cache_blocks=96")
+    with pytest.raises(SystemExit, match="num_gpu_blocks='lots': expected a value of type int"):
+        size.setup_overrides("num_gpu_blocks=lots")
+    with pytest.raises(SystemExit, match="'load' is no field"):  # it has an option of its own
+        size.setup_overrides("load=0.4")
+
+
 def test_the_served_speed_is_fitted_as_a_factor_plus_a_cost_per_sequence():
     """Steps served at 0.97x the profile plus 5 ms a sequence (each streams a token: decode batches
     slow down with their size, a prefill hardly): the fit finds both, where one factor over all steps
