@@ -68,7 +68,8 @@ def mooncake_window(trace: Workload, start: int, n: int, speedup: float) -> Work
 def bursts(seed: int, num_bursts: int, size: int) -> Workload:
     """`num_bursts` bursts of `size` `AGENTIC` conversations starting together (each burst
     `conversation_workload` at rate 1e6, seed 1000 x seed + burst), each with a system prompt of its
-    own (its ids shifted past the previous burst's), at exponential gaps of mean BURST_GAP_S from 0."""
+    own (its ids shifted past the previous burst's), at exponential gaps of mean BURST_GAP_S from 0 (the
+    first burst; gaps drawn from `default_rng(seed)`)."""
     starts = np.concatenate(([0.0], np.cumsum(np.random.default_rng(seed).exponential(BURST_GAP_S, num_bursts - 1))))
     parts = [conversation_workload(replace(AGENTIC, num_conversations=size, rate=1e6), seed=1000 * seed + b)
              for b in range(num_bursts)]
