@@ -121,7 +121,7 @@ def table(quick: bool) -> pd.DataFrame:
         row = {"probe": name, "num_requests": len(w), "replicas": config.replicas, "hardware": config.hardware,
                "cache_blocks_per_replica": blocks,
                "yardstick": pooled_lru_hit_rate(w, blocks * config.replicas, config.block_size)}
-        for router in ROUTERS:  # a line as each run starts: the whole takes many minutes
+        for router in ROUTERS:  # a line as each run starts: the whole takes minutes
             print(f"{name}, {len(w):,} requests: {router} ...", file=sys.stderr, flush=True)
             r = run(w, router, blocks, config)
             row |= {f"{router}_{k}": r[k] for k in ("hit_rate", "ttft_s_p99", "num_finished")}
@@ -144,7 +144,7 @@ def verdicts(df: pd.DataFrame) -> list[Verdict]:
 
 
 def check_json(path: Path | None) -> None:
-    """--json's file, checked before the runs (they take many minutes): in a writable folder
+    """--json's file, checked before the runs (they take minutes): in a writable folder
     (--out's included, made by then), and no folder in its place; exit status 2 otherwise."""
     if path is None:
         return
