@@ -7,6 +7,7 @@ never costs blocks, a bigger cache never hits less, a 4-bit cache holds more tok
 priority serves valuable requests sooner than FCFS.
 """
 import importlib
+import json
 import sys
 from pathlib import Path
 
@@ -229,3 +230,40 @@ def test_chat_past_saturation_verdict_names_the_seeds_whose_tail_is_worse():
     fcfs, _, lpm = exp.verdicts(pd.DataFrame(rows))
     assert fcfs.outcome == "partly holds" and fcfs.headline.endswith("worse than least_outstanding on seed 2")
     assert lpm.outcome == "holds" and lpm.headline.endswith("no worse than least_outstanding on every seed")
+
+
+def test_routing_probes(tmp_path, capsys):
+    """One row per probe, a probe of each kind (Mooncake on 2 and on 4 A100s, the 8k-token system prompt, the
+    bursts), both routers run on each with every request finished; hit rates and yardsticks are shares of the
+    prompt tokens, the ratios their quotient; the flag names exactly what kv_aware missed; --json holds the CSV's
+    rows. Each run says when it starts (the full script runs for many minutes)."""
+    exp = load("routing_probes")
+    assert exp.main(["--quick", "--out", str(tmp_path), "--json", str(tmp_path / "rows.json")]) == 0
+    assert capsys.readouterr().err.count(" requests: ") == 2 * 4
+    check_verdicts((tmp_path / "verdicts.txt").read_text())
+    rows = pd.DataFrame(json.loads((tmp_path / "rows.json").read_text()))
+    table = pd.read_csv(tmp_path / "routing_probes.csv", keep_default_na=False)
+    assert list(rows.probe) == list(table.probe) and np.allclose(rows.kv_aware_ratio, table.kv_aware_ratio)
+    assert [p.split(" seed")[0].split(" from")[0] for p in rows.probe] == [
+        "mooncake x2.5 2xA100", "mooncake x5 4xA100", "agentic 8k prompt 8xH200", "agentic bursts 8xH200"]
+    assert ((rows.yardstick > 0) & (rows.yardstick < 1)).all()
+    for router in exp.ROUTERS:
+        hit, p99 = rows[f"{router}_hit_rate"], rows[f"{router}_ttft_s_p99"]
+        assert ((hit >= 0) & (hit < 1)).all() and np.allclose(rows[f"{router}_ratio"], hit / rows.yardstick)
+        assert ((p99 > 0) & (p99 < 60)).all()
+        assert (rows[f"{router}_num_finished"] == rows.num_requests).all()
+    assert (rows.kv_aware_hit_rate >= rows.least_outstanding_hit_rate).all()
+    under = rows.kv_aware_ratio < exp.GOAL
+    above = rows.kv_aware_ttft_s_p99 > rows.least_outstanding_ttft_s_p99
+    assert (rows.flag.str.contains("under 85%") == under).all() and (rows.flag.str.contains("p99 above") == above).all()
+    assert ((rows.flag == "") == ~(under | above)).all()
+
+
+def test_routing_probes_refuses_a_json_path_before_running(tmp_path, capsys):
+    """--json naming a folder: exit status 2 before any probe runs (they take many minutes), nothing written."""
+    with pytest.raises(SystemExit) as e:
+        load("routing_probes").main(["--quick", "--out", str(tmp_path / "out"), "--json", str(tmp_path)])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert f"--json {tmp_path}: cannot write this file" in err and " requests: " not in err
+    assert not list((tmp_path / "out").iterdir())
