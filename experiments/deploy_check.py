@@ -14,7 +14,7 @@ the load generator, which the profiling engines did not); (2) take a slice
 of the Azure conversation trace (lengths scaled down), put one of 8 long system prompts, drawn at
 random, in front of every prompt (a shared-prefix working set that one replica's KV cache cannot hold
 beside its running requests, two can: where a router keeps a system prompt decides prefix-cache hits), and rescale its
-arrivals to 45% of the capacity the served model predicts for 2 replicas (108 requests, a cache and
+arrivals to 35% of the capacity the served model predicts for 2 replicas (108 requests, a cache and
 a load where few metrics turn on one routing decision, `deploy_slice_size.py`); (3) for each of round_robin,
 least_outstanding and prefix_aware, launch the real replicas and router (`paged launch`), measure
 the deployment's front-end latency on the idle deployment (probe requests: their TTFT as the client
@@ -149,21 +149,22 @@ class Setup:
 # Eight system prompts of 192 tokens (12 blocks each, 96 in all) in front of prompts a sixteenth of the
 # trace's: each replica's 104 blocks of 16 tokens cannot hold all the prefixes beside its running
 # requests, so a router that keeps a system prompt on one replica hits where one that spreads them
-# misses and prefills 192 more tokens (in the simulator, on a profile of this machine: hit rate 0.73
-# against 0.59, mean TTFT about 18% lower). Outputs an eighth of the trace's. 108 requests at 45% of
-# the predicted capacity (replays of about 75 s each) and a calibration load of 36 keep the whole
+# misses and prefills 192 more tokens (in the simulator, on a profile of this machine: hit rate 0.72
+# against 0.58, mean TTFT about 15% lower). Outputs an eighth of the trace's. 108 requests at 35% of
+# the predicted capacity (replays of about 90 s each) and a calibration load of 36 keep the whole
 # check within the 12 minutes a timing run may take on this shared 2-core machine. Why this design
 # (`deploy_slice_size.py`, simulation only): where one request finishing first changes where the next
 # ones go and what the cache still holds, a replay is one draw of a chaotic run, and the prediction
-# (the mean over ENSEMBLE) can miss it however good the model. Counted so, one simulation at step
-# times x0.95-1.05 against the prediction at its speed, over 24 draws of the groups and three
-# profiles, passed every goal in 97% of the checks with 104 blocks at 45%, 78-86% with the 72 blocks
-# at 50% used before (a tighter cache: the slice's last burst then queues behind prefixes evicted or
-# not, by one routing decision, and least_outstanding's mean TTFT moved 0.47 <-> 0.57 s with it);
-# more requests made it worse (longer slices hold heavier bursts). The profile's decode contexts stop
-# short of max_model_len - 1; DRIFT is a part of its grid, re-measured after the replays.
+# (the mean over ENSEMBLE) can miss it however good the model; the busier the replicas, the more a
+# queue amplifies that. Counted so, one simulation at step times x0.95-1.05 against the prediction
+# at its speed, over 8 draws of the groups: 72 blocks at 50% (the design before) passed every goal in
+# 80-86% of the checks, 104 blocks at 45% in 94-98%, at 35% in 99-100% (with the replay 2% off the
+# speed assumed, or its arrivals 5 ms late at random); least_outstanding's mean TTFT, whose ties turn
+# on which request finished first, jumps 0.31 <-> 0.37 s at 45%. More requests made it worse (longer
+# slices hold heavier bursts). The profile's decode contexts stop short of max_model_len - 1; DRIFT
+# is a part of its grid, re-measured after the replays.
 FULL = Setup(num_requests=108, calibration_requests=36, prompt_scale=1 / 16, output_scale=1 / 8, max_own_tokens=96,
-             max_output_tokens=32, prefix_tokens=192, num_groups=8, load=0.45, max_num_seqs=8,
+             max_output_tokens=32, prefix_tokens=192, num_groups=8, load=0.35, max_num_seqs=8,
              max_num_batched_tokens=256, num_gpu_blocks=104,
              grid=ProfileGrid(prefill_chunks=(16, 64, 128, 256), prefill_contexts=(0, 192),
                               decode_batches=tuple(range(1, 9)), decode_contexts=(192, 288),
