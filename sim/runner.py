@@ -169,7 +169,7 @@ def simulate(workload: Workload, config: SimConfig | None = None, *, stop_on_mis
     schedulers = [make_scheduler(config, cache, sched) for _ in range(config.replicas)]
     capacity_ids = cache.num_gpu_slots // workload.hash_id_block_size or 1
     router = make_router(config.router, config.replicas, capacity_ids, config.block_size, workload.hash_id_block_size,
-                         config.max_num_seqs)
+                         config.max_num_seqs, config.cache_threshold)
     env = Environment()
     frontend_latency_ticks = to_ticks(config.frontend_latency_s)
     log = RequestLog(len(workload), config.record_itl, frontend_latency_ticks)

@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass, fields
 
 from paged.core.policies import Policy
-from paged.core.routing import ROUTERS
+from paged.core.routing import DEFAULT_CACHE_THRESHOLD, ROUTERS
 from paged.core.static_batching import RESERVE_MODES
 from paged.core.validation import is_int, is_number, is_power_of_two, require
 
@@ -39,6 +39,10 @@ class SimConfig:
     # 0.25 s there); it routes by what the last read showed (sim.kv_event_poll). 0: it sees each
     # event as it happens, as a router on a low-latency event stream (llm-d's over ZMQ) would.
     kv_events_interval_s: float = 0.0
+    # prefix_aware: the match rate (prefix ids its record holds / the request's) at or below which a
+    # request goes to the replica with the smallest record, not the best match (`paged router --cache-threshold`,
+    # SGLang router's option of the same name)
+    cache_threshold: float = DEFAULT_CACHE_THRESHOLD
     # the KV cache (num_gpu_blocks: None = what memory leaves; see sim.memory)
     block_size: int = 16
     kv_cache_dtype: str = "fp16"
@@ -99,6 +103,8 @@ class SimConfig:
               "frontend_latency_s", f"seconds in [0, {MAX_STEP_OVERHEAD_S}]")
         check(is_number(self.kv_events_interval_s) and 0 <= self.kv_events_interval_s <= MAX_STEP_OVERHEAD_S,
               "kv_events_interval_s", f"seconds in [0, {MAX_STEP_OVERHEAD_S}]")
+        check(is_number(self.cache_threshold) and 0 <= self.cache_threshold <= 1, "cache_threshold",
+              "a number in [0, 1]")
         check(self.num_gpu_blocks is None or (is_int(self.num_gpu_blocks) and self.num_gpu_blocks >= 1),
                 "num_gpu_blocks", "None or an integer >= 1")
         check(self.swap_space_gib >= 0, "swap_space_gib", ">= 0")

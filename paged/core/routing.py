@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from .hashing import id_block_hashes
+from .validation import is_number, require
 
 
 class ReplicaView(Protocol):
@@ -87,6 +88,9 @@ class LeastKVUsage:
 
 # vLLM's default max_num_seqs, for a router that is not told its replicas' batch size.
 DEFAULT_MAX_NUM_SEQS = 256
+# prefix_aware's match rate at or below which a request goes to the smallest record: SGLang router's
+# and vLLM router's default `--cache-threshold`.
+DEFAULT_CACHE_THRESHOLD = 0.3
 
 
 def balance_threshold(max_num_seqs: int) -> int:
@@ -110,19 +114,37 @@ def balance_threshold(max_num_seqs: int) -> int:
 
 
 class PrefixAware:
-    """Send a request where the longest part of its prefix was sent before, unless that replica
-    has `balance_threshold` more outstanding requests than the least loaded one (then, and for
-    requests without prefix ids, least outstanding). Each replica's record of prefixes is an
-    LRU of `capacity_ids` prefix ids, about what its KV cache holds. The threshold scales with
-    the replicas' batch (`balance_threshold(max_num_seqs)`)."""
+    """SGLang's cache-aware router (`cache_aware`; vLLM's router runs the same algorithm): per
+    replica, a record of the prefixes sent there, an LRU of `capacity_ids` prefix ids, about what
+    its KV cache holds. A request's match rate is the longest prefix of its ids a record holds over
+    its ids (the router sees prefix ids, one per block, not tokens). Above `cache_threshold` (0.3,
+    SGLang's and vLLM router's default) it goes to the replica that holds that longest prefix (ties:
+    fewer outstanding); at or below, to the replica whose record is smallest, the one with the most
+    room in its cache (ties: fewer outstanding, then the lowest index), as SGLang's smallest tree.
+    Either way, a replica with more than `balance_threshold` more outstanding requests than the
+    least loaded one loses the request to the least loaded (as do requests without prefix ids).
+
+    Why: where every request shares a system prompt (agentic traffic), every request matches
+    something, and following any match sent a new conversation where the prompt was until the
+    balance threshold tripped, so a replica the warm-up did not recruit stayed idle for the whole
+    run; a first turn of 10-30k tokens whose only match is the 2k-token prompt matches under 0.3 of
+    its ids, and the smallest record, an idle replica, takes it. `experiments/cache_aware_routing.py`
+    (4 replicas), share of the pooled-LRU yardstick: agentic 90.1% -> 91.4% (TTFT p99 1.88 s -> 0.48 s),
+    over workload seeds 3-6 69-88% on 2 or 4 replicas -> 92-93% on 4 (TTFT p99 2.1-2.7 s -> 0.37-0.45 s);
+    chat 82.7% (a replica idle) -> 95.9%; Mooncake 91.9% -> 91.5%. The threshold on imbalance scales
+    with the replicas' batch (`balance_threshold(max_num_seqs)`), where SGLang's is a fixed absolute
+    and relative one."""
 
     name = "prefix_aware"
 
     def __init__(self, num_replicas: int, capacity_ids: int = 1 << 20,
-                 max_num_seqs: int = DEFAULT_MAX_NUM_SEQS) -> None:
+                 max_num_seqs: int = DEFAULT_MAX_NUM_SEQS, cache_threshold: float = DEFAULT_CACHE_THRESHOLD) -> None:
+        require(is_number(cache_threshold) and 0 <= cache_threshold <= 1, "PrefixAware", "cache_threshold",
+                cache_threshold, "a number in [0, 1]")
         self.trees: list[OrderedDict[int, None]] = [OrderedDict() for _ in range(num_replicas)]
         self.capacity_ids = capacity_ids
         self.balance_threshold = balance_threshold(max_num_seqs)
+        self.cache_threshold = float(cache_threshold)
 
     def route(self, prefix_ids, replicas) -> int:
         ids = prefix_ids
@@ -141,8 +163,10 @@ class PrefixAware:
                 m += 1
             if m > best_len or (m == best_len and replicas[i].outstanding < replicas[best].outstanding):
                 best, best_len = i, m
+        if best_len <= self.cache_threshold * len(keys):
+            best = min(range(len(replicas)), key=lambda i: (len(self.trees[i]), replicas[i].outstanding))
         lightest = least_outstanding(replicas)
-        if best_len == 0 or replicas[best].outstanding - replicas[lightest].outstanding > self.balance_threshold:
+        if replicas[best].outstanding - replicas[lightest].outstanding > self.balance_threshold:
             best = lightest
         tree = self.trees[best]
         for key in keys:
@@ -532,15 +556,18 @@ ROUTERS = tuple(ROUTER_CLASSES)
 
 
 def make_router(name: str, num_replicas: int, capacity_ids: int | None = None, block_size: int = 16,
-                hash_id_block_size: int = 512, max_num_seqs: int = DEFAULT_MAX_NUM_SEQS) -> Router:
-    """`capacity_ids`: prefix_aware's record per replica; `max_num_seqs`: the replicas' batch,
+                hash_id_block_size: int = 512, max_num_seqs: int = DEFAULT_MAX_NUM_SEQS,
+                cache_threshold: float = DEFAULT_CACHE_THRESHOLD) -> Router:
+    """`capacity_ids`: prefix_aware's record per replica; `cache_threshold`: prefix_aware's match rate
+    at or below which a request goes to the smallest record; `max_num_seqs`: the replicas' batch,
     which sizes prefix_aware's imbalance limit and kv_aware's record of blocks in flight; `block_size`
     and `hash_id_block_size`: how kv_aware names a request's blocks (as the replicas' pools do). kv_aware
     reads each replica's KV cache size from its view (`ReplicaView.num_gpu_blocks`)."""
     if name not in ROUTER_CLASSES:
         raise ValueError(f"unknown router {name!r}: known are {sorted(ROUTER_CLASSES)}")
     if name == "prefix_aware":
-        return PrefixAware(num_replicas, 1 << 20 if capacity_ids is None else capacity_ids, max_num_seqs)
+        return PrefixAware(num_replicas, 1 << 20 if capacity_ids is None else capacity_ids, max_num_seqs,
+                           cache_threshold)
     if name == "kv_aware":
         return KVAware(num_replicas, block_size, hash_id_block_size, max_num_seqs=max_num_seqs)
     return ROUTER_CLASSES[name](num_replicas)

@@ -5,7 +5,7 @@
 Each replica is `python -m paged serve --model M --host 127.0.0.1 --port <free port>` plus every
 option this command does not know (engine options, passed through unchanged), writing its
 output to `--log-dir`/replica-I.log. When all answer `/health`, `paged router` starts on
-`--port` in front of them (router.log), with the engines' `--block-size`, `--max-num-seqs` and
+`--port` in front of them (router.log), with `--cache-threshold`, the engines' `--block-size`, `--max-num-seqs` and
 `--max-body-bytes` if given, and their `--api-key` (in its environment), which it sends on its own requests to them.
 SIGINT (Ctrl-C) or SIGTERM stops them all: SIGTERM, then SIGKILL after `--stop-timeout-s`.
 Every child is also asked to die with the launcher (Linux's parent-death signal), so not even a
@@ -31,7 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from paged.core.routing import ROUTERS
+from paged.core.routing import DEFAULT_CACHE_THRESHOLD, ROUTERS
 from paged.help_formatter import HelpFormatter
 
 from .server_process import check_listen_address, free_port, wait_healthy
@@ -123,6 +123,9 @@ def build_parser() -> argparse.ArgumentParser:
                                                    "serve --model takes it)")
     p.add_argument("--replicas", type=int, default=1, help="number of engine servers behind the router")
     p.add_argument("--router", default="round_robin", choices=ROUTERS, help="the routing policy")
+    p.add_argument("--cache-threshold", type=float, default=DEFAULT_CACHE_THRESHOLD,
+                   help="prefix_aware: the router's --cache-threshold, the match rate at or below which a request "
+                        "goes to the replica the router sent the least prefixes, not to the longest match")
     p.add_argument("--host", default="127.0.0.1",
                    help="host name the router listens on; the replicas listen on 127.0.0.1")
     p.add_argument("--port", type=int, default=8000, help="the router's port")
@@ -141,6 +144,8 @@ def main(argv: list[str] | None = None) -> int:
     args, server_options = parser.parse_known_args(argv)
     if args.replicas < 1:
         parser.error(f"--replicas {args.replicas}: expected >= 1")
+    if not 0 <= args.cache_threshold <= 1:  # here, before any replica starts; NaN too
+        parser.error(f"--cache-threshold {args.cache_threshold}: expected a number in [0, 1]")
     try:  # before any replica starts: the router's address, and the folder for the logs
         check_listen_address(args.host, args.port)
     except ValueError as e:
@@ -185,7 +190,8 @@ def _run(args: argparse.Namespace, server_options: list[str], children: Children
     for i, url in enumerate(urls):
         children.wait_healthy(f"replica-{i}", url, deadline)
     router_cmd = [sys.executable, "-m", "paged", "router", "--policy", args.router, "--host", args.host,
-                  "--port", str(args.port), *router_options(server_options)]
+                  "--port", str(args.port), "--cache-threshold", repr(args.cache_threshold),
+                  *router_options(server_options)]
     for url in urls:
         router_cmd += ["--backend", url]
     proc = children.start("router", router_cmd, router_env(server_options))

@@ -52,7 +52,7 @@ from fastapi.sse import format_sse_event
 from httpx_sse import EventSource
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from paged.core.routing import DEFAULT_MAX_NUM_SEQS, ROUTERS, make_router
+from paged.core.routing import DEFAULT_CACHE_THRESHOLD, DEFAULT_MAX_NUM_SEQS, ROUTERS, make_router
 from paged.help_formatter import HelpFormatter
 
 from .backends import Backend, is_server_url, probe, watch
@@ -88,6 +88,7 @@ class RouterConfig:
     max_num_seqs: int = DEFAULT_MAX_NUM_SEQS  # the backends' batch: sizes prefix_aware's imbalance limit
     max_body_bytes: int = 4 << 20  # larger bodies get 413 (paged serve's default limit)
     num_gpu_blocks: int | None = None  # kv_aware: the backends' KV cache in blocks (None: each one's as it exports it)
+    cache_threshold: float = DEFAULT_CACHE_THRESHOLD  # prefix_aware: match rate at or below which, the smallest record
 
 
 class InFlight:
@@ -130,7 +131,7 @@ class Forwarder:
         self.backends = [Backend(url, lambda: httpx.AsyncClient(timeout=timeout, limits=limits), config.num_gpu_blocks)
                          for url in config.backends]
         self.policy = make_router(config.policy, len(self.backends), block_size=config.block_size,
-                                  max_num_seqs=config.max_num_seqs)
+                                  max_num_seqs=config.max_num_seqs, cache_threshold=config.cache_threshold)
         self.metrics = RouterMetrics(self.backends)
         own = {} if config.api_key is None else {"authorization": f"Bearer {config.api_key}"}
         self.kv_syncs = ([KVSync(b, self.policy.replica_events(i), config.block_size, own)
@@ -355,6 +356,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-num-seqs", type=int, default=d.max_num_seqs,
                    help="prefix_aware: the backends' --max-num-seqs, which sizes how much more loaded than the "
                         "lightest a prefix's backend may be: paged.core.routing.balance_threshold")
+    p.add_argument("--cache-threshold", type=float, default=d.cache_threshold,
+                   help="prefix_aware: the match rate (the prompt's prefix ids the router sent to one backend before, "
+                        "over its prefix ids) above which a request goes to the backend of the longest match; at or "
+                        "below, to the backend the router sent the least prefixes it still records (the most room "
+                        "in its cache), as SGLang router's --cache-threshold")
     p.add_argument("--num-gpu-blocks", type=int, default=d.num_gpu_blocks,
                    help="kv_aware: the backends' KV cache in blocks (their num_gpu_blocks), which tells when a "
                         "request would wait there for memory; while another backend is idle, what such a backend "
@@ -380,6 +386,8 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--{option.replace('_', '-')} {value}: expected at least 1")
     if args.num_gpu_blocks is not None and args.num_gpu_blocks < 1:
         parser.error(f"--num-gpu-blocks {args.num_gpu_blocks}: expected at least 1")
+    if not 0 <= args.cache_threshold <= 1:  # NaN too
+        parser.error(f"--cache-threshold {args.cache_threshold}: expected a number in [0, 1]")
     for option in SECONDS_OPTIONS:  # 0 would probe or poll in a busy loop, NaN compare false everywhere
         if not 0 < (value := getattr(args, option)) < math.inf:
             parser.error(f"--{option.replace('_', '-')} {value}: expected a finite number of seconds > 0")
@@ -391,6 +399,6 @@ def main(argv: list[str] | None = None) -> int:
     config = RouterConfig(args.backend, args.policy, args.block_size, args.health_interval_s, args.health_timeout_s,
                           args.connect_timeout_s, args.read_timeout_s, args.abort_after_failed_probes,
                           args.kv_events_interval_s, args.api_key, args.tokenizer, chat_template,
-                          args.max_num_seqs, args.max_body_bytes, args.num_gpu_blocks)
+                          args.max_num_seqs, args.max_body_bytes, args.num_gpu_blocks, args.cache_threshold)
     uvicorn.run(create_app(config), host=args.host, port=args.port, log_level=args.log_level, access_log=False)
     return 0

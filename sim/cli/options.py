@@ -36,6 +36,10 @@ def add_sim_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--kv-events-interval-s", type=float, default=d.kv_events_interval_s,
                    help="kv_aware: how often the router reads the replicas' KV events (paged router's option of "
                         "the same name, 0.25 s there); 0: it sees each event as it happens")
+    g.add_argument("--cache-threshold", type=float, default=d.cache_threshold,
+                   help="prefix_aware: the match rate (prefix ids its record holds / the request's) at or below "
+                        "which a request goes to the replica with the smallest record instead of the best match "
+                        "(SGLang router's option of the same name)")
     g = p.add_argument_group("KV cache")
     g.add_argument("--block-size", type=int, default=d.block_size, help="tokens per KV block (a power of two)")
     g.add_argument("--kv-cache-dtype", default=d.kv_cache_dtype, choices=("fp16", "fp8", "int8", "int4"),

@@ -144,6 +144,19 @@ def test_router_names_a_number_option_out_of_range(monkeypatch, capsys, option, 
     assert f"paged router: error: {option} {float(value) if option.endswith('-s') else value}: {expected}" in err
 
 
+@pytest.mark.parametrize("value", ["-0.1", "1.5", "nan"])
+def test_router_and_launch_name_a_cache_threshold_outside_0_1(monkeypatch, capsys, value):
+    import uvicorn
+
+    monkeypatch.setattr(uvicorn, "run", lambda *a, **k: pytest.fail("uvicorn started"))
+    monkeypatch.setattr(launch, "_run", lambda *a: pytest.fail("a replica was started"))
+    assert exit_status(router.main, ["--backend", NOBODY, "--cache-threshold", value]) == 2
+    err = capsys.readouterr().err
+    assert f"paged router: error: --cache-threshold {float(value)}: expected a number in [0, 1]" in err
+    assert exit_status(launch.main, ["--model", "smollm2-135m", "--cache-threshold", value]) == 2
+    assert f"--cache-threshold {float(value)}: expected a number in [0, 1]" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--interval", "-1"], "--interval -1.0: expected seconds >= 0"),
     (["--gpus", "0"], "--gpus 0: expected at least 1"),

@@ -103,3 +103,11 @@ def test_the_router_gets_the_replicas_api_key_in_its_environment(procs, tmp_path
     router = ready(procs, proc, url)["router"]
     assert b"PAGED_API_KEY=k3y" in Path(f"/proc/{router}/environ").read_bytes().split(b"\0")
     assert b"k3y" not in Path(f"/proc/{router}/cmdline").read_bytes()
+
+
+def test_the_router_gets_the_launchers_cache_threshold(procs, tmp_path):
+    """--cache-threshold is the router's (prefix_aware's), not the replicas': the launcher hands it to the router."""
+    proc, url = launch(procs, tmp_path, 1, "--router", "prefix_aware", "--cache-threshold", "0.5")
+    started = ready(procs, proc, url)
+    assert b"--cache-threshold\x000.5\x00" in Path(f"/proc/{started['router']}/cmdline").read_bytes()
+    assert b"--cache-threshold" not in Path(f"/proc/{started['replica 0']}/cmdline").read_bytes()

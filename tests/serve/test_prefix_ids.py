@@ -44,6 +44,17 @@ def test_the_router_sizes_prefix_aware_by_its_backends_batch():
     assert Forwarder(RouterConfig(["http://a"], "prefix_aware")).policy.balance_threshold == balance_threshold(256)
 
 
+def test_the_router_gives_prefix_aware_its_cache_threshold():
+    from paged.core.routing import DEFAULT_CACHE_THRESHOLD
+    from paged.serve.router import Forwarder, RouterConfig, build_parser
+
+    args = build_parser().parse_args(["--backend", "http://a", "--policy", "prefix_aware", "--cache-threshold", "0.5"])
+    assert args.cache_threshold == 0.5
+    assert Forwarder(RouterConfig(["http://a"], "prefix_aware", cache_threshold=0.5)).policy.cache_threshold == 0.5
+    assert DEFAULT_CACHE_THRESHOLD == 0.3  # SGLang router's and vLLM router's default
+    assert Forwarder(RouterConfig(["http://a"], "prefix_aware")).policy.cache_threshold == DEFAULT_CACHE_THRESHOLD
+
+
 def test_kv_aware_hashes_a_token_prompt_as_the_engine_names_its_blocks():
     """kv_aware finds a prompt in the hashes the replicas report only if the router's hashes of
     its blocks are the engine's: same chain, same partial block left out."""

@@ -59,6 +59,71 @@ def test_prefix_aware_balances_relative_to_the_replicas_batch():
             balance_threshold(bad)
 
 
+def test_prefix_aware_sends_a_short_match_to_the_smallest_record():
+    """SGLang's cache_aware: a match of at most cache_threshold of the request's prefix ids goes to the
+    replica whose record is smallest (the most room in its cache), not to the match nor the least loaded.
+    A shared system prompt (ids 1, 2) no longer holds a new long prompt on its replica."""
+    r = make_router("prefix_aware", 3, capacity_ids=100)
+    assert r.route(req([1, 2, 3]), replicas([0, 0, 0])) == 0  # nothing recorded: all equal, the lowest index
+    assert r.route(req([1, 2, 4, 5, 6, 7, 8, 9]), replicas([2, 0, 1])) == 1  # 2 of 8 <= 0.3: empty, lightest
+    assert r.route(req([1, 2, 5, 6, 7, 8, 9, 10]), replicas([1, 0, 3])) == 2  # records of 3, 8, 0 ids
+    assert r.route(req([1, 2, 4, 5, 6]), replicas([0, 0, 0])) == 1  # 5 of 5: the match
+    assert r.route(req([7]), replicas([1, 0, 9])) == 0  # no match: the smallest record (3 ids), not the lightest
+
+
+def test_prefix_aware_cache_threshold_edges():
+    """At exactly the threshold, the smallest record; just above, the match; 0 follows any match, 1 none, not
+    even of the whole prompt; ties by fewer outstanding, then the lowest index."""
+    r = make_router("prefix_aware", 2, capacity_ids=100, cache_threshold=0.5)
+    r.route(req([1, 2, 3, 4]), replicas([0, 0]))  # recorded at 0
+    assert r.route(req([1, 2, 9, 9]), replicas([0, 0])) == 1  # 2 of 4 = 0.5: the smallest record
+    assert r.route(req([1, 2, 3, 8]), replicas([0, 0])) == 0  # 3 of 4: the match
+    zero = make_router("prefix_aware", 2, capacity_ids=100, cache_threshold=0.0)
+    zero.route(req([1, 2, 3, 4]), replicas([0, 0]))
+    assert zero.route(req([1, 5, 6, 7]), replicas([0, 0])) == 0  # 1 of 4 > 0
+    assert zero.route(req([9]), replicas([0, 0])) == 1  # no match: still the smallest record
+    one = make_router("prefix_aware", 2, capacity_ids=100, cache_threshold=1)
+    one.route(req([1, 2]), replicas([0, 0]))
+    assert one.route(req([1, 2, 3]), replicas([0, 0])) == 1  # 2 of 3: the empty record
+    assert one.route(req([1, 2]), replicas([0, 0])) == 0  # held whole at both; records of 2 and 3 ids
+    ties = make_router("prefix_aware", 3, capacity_ids=2)  # every record full at 2 ids: sizes tie
+    for i, ids in enumerate(([1, 2], [3, 4], [5, 6])):
+        assert ties.route(req(ids), replicas([int(j != i) for j in range(3)])) == i
+    assert ties.route(req([7, 8]), replicas([2, 1, 1])) == 1  # fewer outstanding, then the lower index
+
+
+def test_prefix_aware_balances_before_the_smallest_record():
+    """The smallest record loses the request to the least loaded past the balance threshold, as the match does."""
+    r = make_router("prefix_aware", 2, capacity_ids=100, max_num_seqs=8)
+    r.route(req([1, 2, 3]), replicas([0, 0]))
+    assert r.route(req([9]), replicas([0, 3])) == 1  # the smallest record, 3 above the lightest: within
+    r2 = make_router("prefix_aware", 2, capacity_ids=100, max_num_seqs=8)
+    r2.route(req([1, 2, 3]), replicas([0, 0]))
+    assert r2.route(req([9]), replicas([0, 4])) == 0  # the smallest record (1) is 4 above the lightest
+
+
+@pytest.mark.parametrize("bad", [-0.1, 1.5, float("nan"), None, True])
+def test_prefix_aware_refuses_a_cache_threshold_outside_0_1(bad):
+    with pytest.raises(ValueError, match=r"PrefixAware.cache_threshold=.*expected a number in \[0, 1\]"):
+        make_router("prefix_aware", 2, cache_threshold=bad)
+
+
+def test_the_simulator_gives_prefix_aware_its_cache_threshold(monkeypatch):
+    import numpy as np
+
+    import paged.core.routing as routing
+    from sim import SimConfig, Workload, simulate
+
+    seen = []
+    init = routing.PrefixAware.__init__
+    monkeypatch.setattr(routing.PrefixAware, "__init__", lambda self, *a, **k: seen.append(a) or init(self, *a, **k))
+    w = Workload(np.zeros(1), np.array([40]), np.array([2]), name="one")
+    simulate(w, SimConfig(replicas=2, router="prefix_aware", cache_threshold=0.7, num_gpu_blocks=64, max_model_len=64))
+    assert seen[0][-1] == 0.7
+    with pytest.raises(ValueError, match=r"SimConfig.cache_threshold=1.2: expected a number in \[0, 1\]"):
+        SimConfig(cache_threshold=1.2)
+
+
 def test_the_simulator_gives_prefix_aware_the_replicas_batch(monkeypatch):
     import numpy as np
 
