@@ -167,8 +167,7 @@ def simulate(workload: Workload, config: SimConfig | None = None, *, stop_on_mis
                              min_run_s(workload, config, cost, cache, sched) if stop_on_miss is None
                              else float(workload.arrival_s[-1]) if len(workload) else 0.0, interval)
     schedulers = [make_scheduler(config, cache, sched) for _ in range(config.replicas)]
-    capacity_ids = cache.num_gpu_slots // workload.hash_id_block_size or 1
-    router = make_router(config.router, config.replicas, capacity_ids, config.block_size, workload.hash_id_block_size,
+    router = make_router(config.router, config.replicas, None, config.block_size, workload.hash_id_block_size,
                          config.max_num_seqs, config.cache_threshold)
     env = Environment()
     frontend_latency_ticks = to_ticks(config.frontend_latency_s)

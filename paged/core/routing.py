@@ -91,6 +91,8 @@ DEFAULT_MAX_NUM_SEQS = 256
 # prefix_aware's match rate at or below which a request goes to the smallest record: SGLang router's
 # and vLLM router's default `--cache-threshold`.
 DEFAULT_CACHE_THRESHOLD = 0.3
+# prefix_aware's record of a replica whose KV cache size is not known yet: as good as unbounded.
+UNKNOWN_CACHE_IDS = 1 << 20
 
 
 def balance_threshold(max_num_seqs: int) -> int:
@@ -115,9 +117,13 @@ def balance_threshold(max_num_seqs: int) -> int:
 
 class PrefixAware:
     """SGLang's cache-aware router (`cache_aware`; vLLM's router runs the same algorithm): per
-    replica, a record of the prefixes sent there, an LRU of `capacity_ids` prefix ids, about what
-    its KV cache holds. A request's match rate is the longest prefix of its ids a record holds over
-    its ids (the router sees prefix ids, one per block, not tokens). Above `cache_threshold` (0.3,
+    replica, a record of the prefixes sent there, an LRU of prefix ids about what its KV cache holds
+    (`capacity_ids`, or where that is None as many ids as the replica's `num_gpu_blocks` of
+    `block_size` tokens hold at `tokens_per_id` tokens an id, read from its view at each routing, so
+    that the simulator's router and the real one, which learns the size from the replicas' metrics,
+    keep the same record; unbounded while the size is unknown, as SGLang's tree). A request's match
+    rate is the longest prefix of its ids a record holds over its ids (the router sees prefix ids,
+    one per block, not tokens). Above `cache_threshold` (0.3,
     SGLang's and vLLM router's default) it goes to the replica that holds that longest prefix (ties:
     fewer outstanding); at or below, to the replica whose record is smallest, the one with the most
     room in its cache (ties: fewer outstanding, then the lowest index), as SGLang's smallest tree.
@@ -137,14 +143,23 @@ class PrefixAware:
 
     name = "prefix_aware"
 
-    def __init__(self, num_replicas: int, capacity_ids: int = 1 << 20,
-                 max_num_seqs: int = DEFAULT_MAX_NUM_SEQS, cache_threshold: float = DEFAULT_CACHE_THRESHOLD) -> None:
+    def __init__(self, num_replicas: int, capacity_ids: int | None = None,
+                 max_num_seqs: int = DEFAULT_MAX_NUM_SEQS, cache_threshold: float = DEFAULT_CACHE_THRESHOLD,
+                 block_size: int = 16, tokens_per_id: int = 16) -> None:
         require(is_number(cache_threshold) and 0 <= cache_threshold <= 1, "PrefixAware", "cache_threshold",
                 cache_threshold, "a number in [0, 1]")
         self.trees: list[OrderedDict[int, None]] = [OrderedDict() for _ in range(num_replicas)]
         self.capacity_ids = capacity_ids
+        self.block_size, self.tokens_per_id = block_size, tokens_per_id
         self.balance_threshold = balance_threshold(max_num_seqs)
         self.cache_threshold = float(cache_threshold)
+
+    def capacity(self, replica: ReplicaView) -> int:
+        """How many prefix ids the record of `replica` keeps."""
+        if self.capacity_ids is not None:
+            return self.capacity_ids
+        blocks = replica.num_gpu_blocks
+        return UNKNOWN_CACHE_IDS if blocks is None else max(1, blocks * self.block_size // self.tokens_per_id)
 
     def route(self, prefix_ids, replicas) -> int:
         ids = prefix_ids
@@ -172,7 +187,8 @@ class PrefixAware:
         for key in keys:
             tree[key] = None
             tree.move_to_end(key)
-        while len(tree) > self.capacity_ids:
+        capacity = self.capacity(replicas[best])
+        while len(tree) > capacity:
             tree.popitem(last=False)
         return best
 
@@ -558,7 +574,8 @@ ROUTERS = tuple(ROUTER_CLASSES)
 def make_router(name: str, num_replicas: int, capacity_ids: int | None = None, block_size: int = 16,
                 hash_id_block_size: int = 512, max_num_seqs: int = DEFAULT_MAX_NUM_SEQS,
                 cache_threshold: float = DEFAULT_CACHE_THRESHOLD) -> Router:
-    """`capacity_ids`: prefix_aware's record per replica; `cache_threshold`: prefix_aware's match rate
+    """`capacity_ids`: prefix_aware's record per replica (None: what each replica's cache holds, from its
+    view); `cache_threshold`: prefix_aware's match rate
     at or below which a request goes to the smallest record; `max_num_seqs`: the replicas' batch,
     which sizes prefix_aware's imbalance limit and kv_aware's record of blocks in flight; `block_size`
     and `hash_id_block_size`: how kv_aware names a request's blocks (as the replicas' pools do). kv_aware
@@ -566,8 +583,7 @@ def make_router(name: str, num_replicas: int, capacity_ids: int | None = None, b
     if name not in ROUTER_CLASSES:
         raise ValueError(f"unknown router {name!r}: known are {sorted(ROUTER_CLASSES)}")
     if name == "prefix_aware":
-        return PrefixAware(num_replicas, 1 << 20 if capacity_ids is None else capacity_ids, max_num_seqs,
-                           cache_threshold)
+        return PrefixAware(num_replicas, capacity_ids, max_num_seqs, cache_threshold, block_size, hash_id_block_size)
     if name == "kv_aware":
         return KVAware(num_replicas, block_size, hash_id_block_size, max_num_seqs=max_num_seqs)
     return ROUTER_CLASSES[name](num_replicas)

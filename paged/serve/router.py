@@ -6,7 +6,8 @@ Each completion (`/v1/completions`, `/v1/chat/completions`) goes to the backend 
 router of the same name chooses (`paged.core.routing`), over the same view of each replica: the
 requests this router has in flight there, its last scraped KV usage and its KV cache size (scraped from
 `vllm:cache_config_info` unless `--num-gpu-blocks` gives it: `paged.serve.backends`);
-`prefix_aware` reads the prompt's chained block ids (`paged.serve.prefix_ids`); `kv_aware` matches a
+`prefix_aware` reads the prompt's chained block ids (`paged.serve.prefix_ids`) and keeps a record of
+each backend's as long as its KV cache in blocks, as the simulator's does; `kv_aware` matches a
 prompt's block hashes against what each backend's KV events say it caches (`paged.serve.kv_sync`,
 polled every `--kv-events-interval-s`; `--block-size` must be the backends'). A token-id prompt has
 its hashes as it is; a text or chat prompt only once cut into the engine's tokens, which takes the
@@ -87,7 +88,7 @@ class RouterConfig:
     chat_template: str | None = None  # kv_aware with a tokenizer: the backends' --chat-template, if they have one
     max_num_seqs: int = DEFAULT_MAX_NUM_SEQS  # the backends' batch: sizes prefix_aware's imbalance limit
     max_body_bytes: int = 4 << 20  # larger bodies get 413 (paged serve's default limit)
-    num_gpu_blocks: int | None = None  # kv_aware: the backends' KV cache in blocks (None: each one's as it exports it)
+    num_gpu_blocks: int | None = None  # kv_aware, prefix_aware's record: the backends' KV cache (None: as exported)
     cache_threshold: float = DEFAULT_CACHE_THRESHOLD  # prefix_aware: match rate at or below which, the smallest record
 
 
@@ -131,6 +132,7 @@ class Forwarder:
         self.backends = [Backend(url, lambda: httpx.AsyncClient(timeout=timeout, limits=limits), config.num_gpu_blocks)
                          for url in config.backends]
         self.policy = make_router(config.policy, len(self.backends), block_size=config.block_size,
+                                  hash_id_block_size=config.block_size,  # prefix_aware's ids: one per block
                                   max_num_seqs=config.max_num_seqs, cache_threshold=config.cache_threshold)
         self.metrics = RouterMetrics(self.backends)
         own = {} if config.api_key is None else {"authorization": f"Bearer {config.api_key}"}
@@ -362,11 +364,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "below, to the backend the router sent the least prefixes it still records (the most room "
                         "in its cache), as SGLang router's --cache-threshold")
     p.add_argument("--num-gpu-blocks", type=int, default=d.num_gpu_blocks,
-                   help="kv_aware: the backends' KV cache in blocks (their num_gpu_blocks), which tells when a "
+                   help="the backends' KV cache in blocks (their num_gpu_blocks). kv_aware: it tells when a "
                         "request would wait there for memory; while another backend is idle, what such a backend "
-                        "caches counts for nothing. Given, it wins for every backend. Default: each backend's own, "
-                        "as its /metrics exports it in vllm:cache_config_info (vLLM and paged serve do); a backend "
-                        "that does not is full only at 100%% KV usage")
+                        "caches counts for nothing. prefix_aware: its record of a backend keeps as many prefix ids "
+                        "(one a block), none forgotten while the size is unknown. Given, it wins for every backend. "
+                        "Default: each backend's own, as its /metrics exports it in vllm:cache_config_info (vLLM "
+                        "and paged serve do); a backend that does not is full only at 100%% KV usage")
     p.add_argument("--max-body-bytes", type=int, default=d.max_body_bytes,
                    help="larger request bodies get 413, in bytes; at least the backends' --max-body-bytes")
     p.add_argument("--log-level", default="warning", help="log level for uvicorn")

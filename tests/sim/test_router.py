@@ -116,10 +116,10 @@ def test_the_simulator_gives_prefix_aware_its_cache_threshold(monkeypatch):
 
     seen = []
     init = routing.PrefixAware.__init__
-    monkeypatch.setattr(routing.PrefixAware, "__init__", lambda self, *a, **k: seen.append(a) or init(self, *a, **k))
+    monkeypatch.setattr(routing.PrefixAware, "__init__", lambda self, *a, **k: seen.append(self) or init(self, *a, **k))
     w = Workload(np.zeros(1), np.array([40]), np.array([2]), name="one")
     simulate(w, SimConfig(replicas=2, router="prefix_aware", cache_threshold=0.7, num_gpu_blocks=64, max_model_len=64))
-    assert seen[0][-1] == 0.7
+    assert seen[0].cache_threshold == 0.7
     with pytest.raises(ValueError, match=r"SimConfig.cache_threshold=1.2: expected a number in \[0, 1\]"):
         SimConfig(cache_threshold=1.2)
 
@@ -401,3 +401,22 @@ def test_kv_aware_claims_in_a_run_only_the_blocks_replicas_store(monkeypatch):
     views = made[0].views
     assert sum(len(v.claims) for v in views) == 62 * n
     assert all(not v.in_flight for v in views)
+
+
+def test_prefix_awares_record_is_as_long_as_each_replicas_cache_where_not_given():
+    """The simulator's router and the real one (which learns the cache from the replicas' metrics)
+    keep the same record: as many prefix ids as the replica's KV cache holds, unbounded while unknown."""
+    from paged.core.routing import UNKNOWN_CACHE_IDS, PrefixAware
+
+    class View:
+        def __init__(self, blocks):
+            self.outstanding, self.kv_usage, self.num_gpu_blocks = 0, 0.0, blocks
+
+    one_id_a_block = PrefixAware(2, block_size=16, tokens_per_id=16)
+    assert [one_id_a_block.capacity(View(b)) for b in (3, 1000, None)] == [3, 1000, UNKNOWN_CACHE_IDS]
+    assert PrefixAware(2, block_size=16, tokens_per_id=512).capacity(View(64)) == 2  # Mooncake's 512-token ids
+    assert PrefixAware(2, block_size=16, tokens_per_id=512).capacity(View(1)) == 1  # never none
+    assert PrefixAware(2, capacity_ids=7).capacity(View(1000)) == 7  # given, it wins
+    views = [View(3), View(3)]
+    one_id_a_block.route(list(range(5)), views)  # 5 ids into a record of 3
+    assert [len(t) for t in one_id_a_block.trees] == [3, 0]
