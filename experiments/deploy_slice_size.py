@@ -15,7 +15,7 @@ simulation (a replay exactly as simulated) misses the prediction by more than th
 check's pass rate were the model exact, which is the most a design of the check can promise. Simulation
 only: minutes on one core.
 
-    python experiments/deploy_slice_size.py --from DIR [--sizes 36,108] [--seeds 0,1] [--load 0.45]
+    python experiments/deploy_slice_size.py --from DIR [--sizes 36,108] [--seeds 0,1] [--load 0.35]
         [--set num_gpu_blocks=104,num_groups=8]
 
 DIR is a `deploy_check.py` output (its profile.json and the calibration in deploy_check.json make the

@@ -123,9 +123,9 @@ class PrefixAware:
     that the simulator's router and the real one, which learns the size from the replicas' metrics,
     keep the same record; unbounded while the size is unknown, as SGLang's tree). A request's match
     rate is the longest prefix of its ids a record holds over its ids (the router sees prefix ids,
-    one per block, not tokens). Above `cache_threshold` (0.3,
-    SGLang's and vLLM router's default) it goes to the replica that holds that longest prefix (ties:
-    fewer outstanding); at or below, to the replica whose record is smallest, the one with the most
+    one per `tokens_per_id` tokens, not tokens). Above `cache_threshold` (0.3, SGLang's and vLLM
+    router's default) it goes to the replica that holds that longest prefix (ties: fewer
+    outstanding); at or below, to the replica whose record is smallest, the one with the most
     room in its cache (ties: fewer outstanding, then the lowest index), as SGLang's smallest tree.
     Either way, a replica with more than `balance_threshold` more outstanding requests than the
     least loaded one loses the request to the least loaded (as do requests without prefix ids).
