@@ -236,7 +236,7 @@ def test_routing_probes(tmp_path, capsys):
     """One row per probe, a probe of each kind (Mooncake on 2 and on 4 A100s, the 8k-token system prompt, the
     bursts), both routers run on each with every request finished; hit rates and yardsticks are shares of the
     prompt tokens, the ratios their quotient; the flag names exactly what kv_aware missed; --json holds the CSV's
-    rows. Each run says when it starts (the full script runs for many minutes)."""
+    rows. Each run says when it starts (the full script runs for minutes)."""
     exp = load("routing_probes")
     assert exp.main(["--quick", "--out", str(tmp_path), "--json", str(tmp_path / "rows.json")]) == 0
     assert capsys.readouterr().err.count(" requests: ") == 2 * 4
@@ -260,7 +260,7 @@ def test_routing_probes(tmp_path, capsys):
 
 
 def test_routing_probes_refuses_a_json_path_before_running(tmp_path, capsys):
-    """--json naming a folder: exit status 2 before any probe runs (they take many minutes), nothing written."""
+    """--json naming a folder: exit status 2 before any probe runs (they take minutes), nothing written."""
     with pytest.raises(SystemExit) as e:
         load("routing_probes").main(["--quick", "--out", str(tmp_path / "out"), "--json", str(tmp_path)])
     assert e.value.code == 2
