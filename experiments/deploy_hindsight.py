@@ -49,9 +49,8 @@ def hindsight(run: Path) -> dict[str, dict[str, float]]:
             raise RuntimeError(f"{run}: {router}'s prediction recomputed to {again['ttft_s_mean']!r} s mean TTFT, the "
                                f"run predicted {d['metrics']['ttft_s_mean']['predicted']!r}: not the same setup")
         late = dc.predict(workload, config, fit, ServedSpeed(**drift["served"]))
-        out[router] = {k: late[k] - m["measured"] if k == "prefix_cache_hit_rate" else
-                       (late[k] - m["measured"]) / m["measured"] for k, m in d["metrics"].items()
-                       if k.endswith(("_mean", "_p50")) or k in ("throughput_req_s", "prefix_cache_hit_rate")}
+        out[router] = {k: dc.rel_error(k, late[k], m["measured"]) for k, m in d["metrics"].items()
+                       if not np.isnan(dc.goal(k))}
     return out
 
 
@@ -61,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     errors = hindsight(p.parse_args(argv).run)
     within = 0
     for router, e in errors.items():
-        ok = {k: abs(v) <= (dc.HIT_RATE_GOAL if k == "prefix_cache_hit_rate" else dc.GOAL) for k, v in e.items()}
+        ok = {k: abs(v) <= dc.goal(k) for k, v in e.items()}
         within += sum(ok.values())
         print(f"hindsight {router}: " + ", ".join(f"{k} {v:+.3f}{'' if ok[k] else ' (miss)'}" for k, v in e.items()))
     print(f"hindsight: {within} of {sum(len(e) for e in errors.values())} within their goal")

@@ -92,13 +92,12 @@ def jitter(frame: pd.DataFrame) -> pd.DataFrame:
 
 def misses(frame: pd.DataFrame) -> pd.DataFrame:
     """Per seed, size and speed: how many of the check's judged metrics (every router's) one
-    simulation misses the prediction at the same speed by more than the check's goals, each as
-    `deploy_check.compare` measures it (relative to the single run; the hit rate absolute)."""
+    simulation misses the prediction at the same speed by more than the check's goals
+    (`deploy_check.rel_error`, `deploy_check.goal`)."""
     wide = frame.pivot_table(index=["seed", "num_requests", "speed", "router", "metric"], columns="way",
                              values="value").reset_index()
-    hit = wide.metric == "prefix_cache_hit_rate"
-    error = (wide.ensemble - wide.single).where(hit, (wide.ensemble - wide.single) / wide.single).abs()
-    wide["miss"] = error > np.where(hit, dc.HIT_RATE_GOAL, dc.GOAL)
+    wide["miss"] = [abs(dc.rel_error(k, predicted, replay)) > dc.goal(k)
+                    for k, predicted, replay in zip(wide.metric, wide.ensemble, wide.single)]
     return wide.groupby(["seed", "num_requests", "speed"]).miss.sum().rename("misses").reset_index()
 
 

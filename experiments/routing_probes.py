@@ -32,6 +32,7 @@ from common import MOONCAKE, Verdict, outcome, parse_args, percent, report, writ
 
 from paged.workloads.conversations import conversation_workload
 from paged.workloads.prefix_reuse import pooled_lru_hit_rate
+from paged.workloads.workload import packed_ids
 from sim import SimConfig, Workload, get_hardware, get_model, load_workload, plan_kv_cache
 
 NAME = "routing_probes"
@@ -52,10 +53,8 @@ def trimmed(w: Workload, context: int) -> Workload:
     """`w.cap_lengths(context)`, each request's hash ids cut to those naming the prompt it keeps."""
     w = w.cap_lengths(context)
     per = w.hash_id_block_size
-    seqs = [(w.prefix_ids(i) or [])[:-(-int(p) // per)] for i, p in enumerate(w.num_prompt_tokens)]
-    offsets = np.concatenate(([0], np.cumsum([len(s) for s in seqs]))).astype(np.int64)
-    values = np.fromiter((x for s in seqs for x in s), dtype=np.int64, count=int(offsets[-1]))
-    index = np.where(np.diff(offsets) > 0, np.arange(len(seqs)), -1)
+    index, values, offsets = packed_ids([(w.prefix_ids(i) or [])[:-(-int(p) // per)]
+                                         for i, p in enumerate(w.num_prompt_tokens)])
     return replace(w, prefix_index=index, prefix_values=values, prefix_offsets=offsets)
 
 

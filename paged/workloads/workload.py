@@ -230,12 +230,7 @@ def load_workload(trace: str | Path, fmt: str = "auto", *, num_requests: int | N
         raise ValueError(f"rate={rate}: {trace} has arrival times, which a rate would replace; expected no rate "
                          "(--rate) for a timed trace: --time-scale changes its load")
     else:
-        index = values = offsets = None
-        if cols.hash_ids is not None:
-            lens = np.fromiter((len(h) for h in cols.hash_ids), dtype=np.int64, count=len(cols.hash_ids))
-            offsets = np.concatenate(([0], np.cumsum(lens)))
-            values = np.fromiter((x for h in cols.hash_ids for x in h), dtype=np.int64, count=int(offsets[-1]))
-            index = np.where(lens > 0, np.arange(len(lens)), -1)
+        index, values, offsets = (None,) * 3 if cols.hash_ids is None else packed_ids(cols.hash_ids)
         w = Workload(cols.arrival_s, cols.num_prompt_tokens, cols.num_output_tokens, index, values, offsets,
                      name=name)
     w = replace(w, priority=cols.priority, business_value=cols.business_value,
@@ -244,6 +239,16 @@ def load_workload(trace: str | Path, fmt: str = "auto", *, num_requests: int | N
         raise ValueError(f"{trace} holds no requests")
     return select(w, num_requests=num_requests, start_s=start_s, duration_s=duration_s, time_scale=time_scale,
                   max_model_len=max_model_len)
+
+
+def packed_ids(seqs) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each request's list of prefix ids as a Workload holds them (`prefix_index`, `prefix_values`,
+    `prefix_offsets`): request i's ids are values[offsets[i]:offsets[i + 1]], and a request without
+    ids has index -1."""
+    lens = np.fromiter((len(s) for s in seqs), dtype=np.int64, count=len(seqs))
+    offsets = np.concatenate(([0], np.cumsum(lens)))
+    values = np.fromiter((x for s in seqs for x in s), dtype=np.int64, count=int(offsets[-1]))
+    return np.where(lens > 0, np.arange(len(lens)), -1), values, offsets
 
 
 def select(w: Workload, *, num_requests: int | None = None, start_s: float = 0.0, duration_s: float | None = None,
