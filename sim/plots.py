@@ -187,10 +187,11 @@ def _handles(axes, extra=()):
     return handles + [h for h in extra if h.get_label() not in seen]
 
 
-def legend_below(fig, axes, ncol: int | None = None, percentiles: bool = False) -> None:
+def legend_below(fig, axes, ncol: int | None = None, percentiles: bool = False, extra=()) -> None:
     """One legend for the whole figure, under its panels (outside every axis), in as many
-    columns (at most `ncol`) as its longest label lets fit a column's width."""
-    handles = _handles(axes, _percentile_handles() if percentiles else ())
+    columns (at most `ncol`) as its longest label lets fit a column's width; `extra` handles
+    (a key to marks in the panels) come last."""
+    handles = _handles(axes, (*(_percentile_handles() if percentiles else ()), *extra))
     longest = max((len(h.get_label()) for h in handles), default=1)
     fits = max(1, int(COLUMN_WIDTH_IN * 72 / (0.5 * STYLE["legend.fontsize"] * longest + 30)))
     fig.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 0.0),

@@ -53,9 +53,32 @@ def pareto_front(costs, values) -> list[int]:
     return front
 
 
+# Where a front point's number goes, in points from it, tried in turn: the front rises to the
+# right, so above-left and below-right are off its line; further out when close points took those.
+NUMBER_OFFSETS = tuple((sx * d, sy * d) for d in (3, 9, 15) for sx, sy in ((-1, 1), (1, -1), (1, 1), (-1, -1)))
+
+
+def place_number(ax, text: str, xy, placed: list):
+    """Annotate `xy` with `text` at the first of NUMBER_OFFSETS where it overlaps none of the
+    window extents in `placed` (else the last); returns its extent."""
+    renderer = ax.figure.canvas.get_renderer()
+    for dx, dy in NUMBER_OFFSETS:
+        note = ax.annotate(text, xy, fontsize=7, xytext=(dx, dy), textcoords="offset points",
+                           ha="right" if dx < 0 else "left", va="bottom" if dy > 0 else "top")
+        box = note.get_window_extent(renderer)
+        if (dx, dy) == NUMBER_OFFSETS[-1] or not any(box.overlaps(b) for b in placed):
+            return box
+        note.remove()
+
+
 def pareto_figure(df, path=None):
-    """Max QPS against dollars per hour (GPUs when no prices are known), the front drawn."""
-    from .plots import figure, look, save
+    """Max QPS against dollars per hour (GPUs when no prices are known), the front drawn. The
+    front's points are numbered in order of cost and named in the key under the panel: names
+    written beside the points ran into each other and into the legend wherever two deployments
+    cost about the same."""
+    from matplotlib.lines import Line2D
+
+    from .plots import figure, legend_below, look, save
 
     priced = df.usd_per_hour.notna().any()
     x = df.usd_per_hour if priced else df.gpus.astype(float)
@@ -67,15 +90,17 @@ def pareto_figure(df, path=None):
     front = pareto_front(x[ok].tolist(), df.max_qps[ok].tolist())
     idx = [df[ok].index[i] for i in front]
     ax.plot(x[idx], df.max_qps[idx], color="black", lw=0.8, ls="--", label="Pareto front")
-    mid = (x[ok].min() + x[ok].max()) / 2
-    for i in idx:  # each name on the side of its point towards the middle: inside the panel
-        right = x[i] > mid
-        ax.annotate(point_label(df.loc[i], df), (x[i], df.max_qps[i]), fontsize=7, xytext=(-3 if right else 3, -8),
-                    textcoords="offset points", ha="right" if right else "left")
     ax.set_xlabel("cost (USD per hour)" if priced else "GPUs")
     ax.set_ylabel("max QPS within the SLOs")
     ax.set_title("deployments: throughput within SLOs against cost")
-    ax.legend()
+    ax.margins(x=0.08, y=0.1)  # room for the first point's number
+    fig.tight_layout()  # the panel's final place, near enough: the numbers are placed where they will print
+    names, placed = [], []
+    for n, i in enumerate(idx, 1):
+        placed.append(place_number(ax, str(n), (x[i], df.max_qps[i]), placed))
+        names.append(Line2D([], [], ls="none", marker=f"${n}$", ms=5, color="black",
+                            label=f"{point_label(df.loc[i], df)}: {df.max_qps[i]:.3g} QPS"))
+    legend_below(fig, axes, ncol=1, extra=names)
     if path is not None:
         save(fig, path)
     return fig

@@ -81,3 +81,31 @@ def test_the_small_text_warning_does_not_round_its_size_up_to_the_limit(tmp_path
     with pytest.warns(SmallTextWarning, match=r"would be 6\.96 pt; expected at least 7$"):
         save(fig, tmp_path / "f.png")
     plt.close(fig)
+
+
+def test_the_search_figure_names_its_front_without_overlaps(tmp_path):
+    """The search's Pareto figure named each point of its front beside it: where two deployments
+    cost about the same (h100 tp2 x1 and a100-80gb tp2 x2 in the README's search) the names ran into
+    each other, and the legend inside the panel covered another. Now the points are numbered and
+    the key sits under the panel: no two texts of the figure overlap, and the legend is off the panel."""
+    import itertools
+
+    import pandas as pd
+
+    from sim.search_report import pareto_figure
+
+    price, qps_per_gpu = {"a100-80gb": 5.12, "h100": 12.29}, {"a100-80gb": 4.6, "h100": 10.2}
+    rows = [{"hardware": hw, "tp": tp, "replicas": r, "router": router, "max_num_seqs": seqs, "gpus": tp * r,
+             "usd_per_hour": price[hw] * tp * r, "feasible": True,
+             "max_qps": qps_per_gpu[hw] * tp * r * (1 + 0.02 * tp * r) * (1 + 0.1 * (seqs == 256))}
+            for hw, tp, r, router, seqs in itertools.product(price, (1, 2), (1, 2, 4),
+                                                             ("round_robin", "least_outstanding"), (128, 256))]
+    fig = pareto_figure(pd.DataFrame(rows), tmp_path / "pareto.png")
+    renderer = fig.canvas.get_renderer()
+    ax, = fig.axes
+    boxes = [t.get_window_extent(renderer) for t in ax.texts]
+    assert len(boxes) >= 5  # one number per point of the front
+    assert not [(a, b) for a, b in itertools.combinations(boxes, 2) if a.overlaps(b)]
+    legend = (fig.legends or [ax.get_legend()])[0].get_window_extent(renderer)
+    assert not legend.overlaps(ax.get_window_extent(renderer))
+    assert not [b for b in boxes if b.overlaps(legend)]
