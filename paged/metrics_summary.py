@@ -55,6 +55,8 @@ NOTES = {
                   "the output to what is left; --no-cap sends them whole, to be rejected",
     "busy_fraction": "of the time some request was in a step: not GPU utilisation",
     "kv_tokens_mean": "of the KV slots held a token: a fraction, not a count",
+    "pooled_lru_hit_rate": "the yardstick of cache-aware routing: one LRU cache as large as all the replicas' "
+                           "caches, over the trace in arrival order",
 }
 
 

@@ -47,9 +47,28 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.slo_ttft_s is not None or args.slo_tpot_s is not None:
         summary["goodput"] = result.goodput(args.slo_ttft_s if args.slo_ttft_s is not None else math.inf,
                                             args.slo_tpot_s if args.slo_tpot_s is not None else math.inf)
+    summary = with_yardstick(summary, workload, config)
     print(format_summary(summary))
     write_outputs(args, result, summary, workload, config)
     return 0
+
+
+def with_yardstick(summary: dict, workload, config: SimConfig) -> dict:
+    """`summary` with `pooled_lru_hit_rate` after `prefix_cache_hit_rate` where there is routing to
+    judge (replicas, prompts with prefix ids, prefix caching on): the hit rate of one LRU cache as
+    large as all the replicas' caches together, over the trace in arrival order (the yardstick of
+    `paged.workloads.prefix_reuse`), so that a router's hit rate is read beside what routing aims at."""
+    if config.replicas < 2 or workload.prefix_index is None or not config.enable_prefix_caching:
+        return summary
+    from paged.workloads.prefix_reuse import pooled_lru_hit_rate
+
+    bound = pooled_lru_hit_rate(workload, summary["num_gpu_blocks"] * config.replicas, config.block_size)
+    out = {}
+    for k, v in summary.items():
+        out[k] = v
+        if k == "prefix_cache_hit_rate":
+            out["pooled_lru_hit_rate"] = bound
+    return out
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

@@ -3,6 +3,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from sim.cli import main
 
 KEYS = ("num_requests", "num_finished", "num_rejected", "simulated_time_s", "wall_time_s", "throughput_req_s",
@@ -196,6 +198,28 @@ def test_shared_prefix_workload_from_the_command_line(tmp_path, capsys):
     assert main(["run", "--shared-prefix", "4,1024,64,32", "--rate", "20", "--num-requests", "9", "--policy",
                  "edf"]) == 2
     assert "shared-prefix(G=4,P=1024) has no slo_s column" in capsys.readouterr().err
+
+
+def test_a_routed_run_prints_the_pooled_lru_yardstick_beside_its_hit_rate(tmp_path, capsys, azure_conv):
+    """Issue 11: the yardstick is a column beside every routing result, `sim run` included. 4 groups
+    sharing 1,024-token prefixes, 300 prompts of 1,088 tokens, caches that hold everything: one
+    pooled LRU hits the prefix of all but each group's first prompt (296 x 1,024 tokens), however
+    the requests are routed."""
+    out = tmp_path / "o.json"
+    common = ["run", "--shared-prefix", "4,1024,64,32", "--num-requests", "300", "--rate", "20", "--json", str(out)]
+    expected = 296 * 1024 / (300 * 1088)
+    for router in ("kv_aware", "round_robin"):
+        assert main([*common, "--replicas", "2", "--router", router]) == 0
+        doc = json.loads(out.read_text())
+        assert doc["pooled_lru_hit_rate"] == pytest.approx(expected, abs=1e-12)
+        keys = list(doc)
+        assert keys[keys.index("prefix_cache_hit_rate") + 1] == "pooled_lru_hit_rate"
+        assert "pooled_lru_hit_rate" in capsys.readouterr().out
+    for no_routing in (["--replicas", "1"], ["--replicas", "2", "--no-prefix-caching"]):
+        assert main([*common, *no_routing]) == 0
+        assert "pooled_lru_hit_rate" not in json.loads(out.read_text())
+    assert main(["run", "--trace", str(azure_conv), "--num-requests", "50", "--replicas", "2", "--json", str(out)]) == 0
+    assert "pooled_lru_hit_rate" not in json.loads(out.read_text())  # no prefix ids: nothing to route by
 
 
 def test_record_itl_writes_every_latency_as_a_json_list(tmp_path, azure_conv):
