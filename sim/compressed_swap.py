@@ -54,7 +54,8 @@ class SwapProfile:
         dtypes = profile["kv_cache_dtypes"]
         if kv_cache_dtype not in dtypes:
             raise ValueError(f"{path} has no LZ4 measurement for kv_cache_dtype {kv_cache_dtype!r} "
-                             f"(it has {sorted(dtypes)}): run python -m paged.engine.swap_profile --dtypes ...")
+                             f"(it has {sorted(dtypes)}): run python -m paged.engine.swap_profile --dtypes "
+                             f"{kv_cache_dtype} --out FILE and give --swap-profile FILE")
         entry = dtypes[kv_cache_dtype][codec]
         return SwapProfile(entry["ratio_full_blocks"], entry["compress_mb_s"], entry["decompress_mb_s"],
                            f"{profile['model']} {kv_cache_dtype} {codec}, {path}")

@@ -1,6 +1,10 @@
 """How well LZ4 compresses real KV blocks, and how fast: the profile the simulator's compressed swap reads.
 
-    python -m paged.engine.swap_profile [--model smollm2-135m] [--out sim/profiles/kv_swap_lz4.json]
+    python -m paged.engine.swap_profile --out kv_swap.json [--model smollm2-135m]
+    python -m sim run ... --preemption swap --swap-compression lz4 --swap-profile kv_swap.json
+
+`--out` has no default: the simulator's own profile (`sim/profiles/kv_swap_lz4.json`, measured on
+SmolLM2-135M) is a tracked file, which a default there let a first try overwrite unasked.
 
 For each kv_cache_dtype, the engine generates ``--max-tokens`` from each of a set of prompts
 (``paged.engine.kv_accuracy``'s; EOS ignored, since the instruct model often stops within a few
@@ -35,13 +39,13 @@ import torch
 
 from paged import SamplingParams
 from paged.help_formatter import HelpFormatter
+from paged.output_paths import check_output_paths
 
 from .kv_accuracy import prompts
 from .llm import LLM
 from .swap_compression import CODECS, compress, decompress
 
 DTYPES = ("fp16", "int8", "fp8", "int4")
-DEFAULT_OUT = os.path.join("sim", "profiles", "kv_swap_lz4.json")
 
 
 def filled_blocks(llm: LLM) -> list[list[torch.Tensor]]:
@@ -104,13 +108,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--num-prompts", type=int, default=24, help="prompts whose KV fills the blocks")
     parser.add_argument("--max-tokens", type=int, default=64, help="tokens generated from each prompt (EOS ignored)")
     parser.add_argument("--repeats", type=int, default=5, help="timed passes over all blocks; the best counts")
-    parser.add_argument("--out", default=DEFAULT_OUT, help="the profile to write (JSON), which python -m sim run "
-                                                           "--swap-profile reads")
+    parser.add_argument("--out", required=True, help="the profile to write (JSON), which python -m sim run "
+                                                         "--swap-profile reads")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    try:
+        check_output_paths([("--out", args.out, ".json")])  # before the minutes of measuring
+    except (ValueError, OSError) as e:
+        print(f"python -m paged.engine.swap_profile: error: {e}", file=sys.stderr)
+        return 2
     results = measure(args.model, tuple(args.dtypes.split(",")), args.num_prompts, args.max_tokens, args.repeats)
     profile = {"model": args.model, "codec_library": f"lz4 {lz4.version.version} (lz4.frame, default level)",
                "machine": f"{platform.machine()} {platform.processor() or ''}".strip(), "threads": 1,

@@ -26,7 +26,9 @@ def add_sim_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("deployment")
     g.add_argument("--model", default=d.model, help="model spec (python -m sim list names them)")
     g.add_argument("--hardware", default=d.hardware,
-                   help="GPU spec: its memory sizes the KV cache, its FLOP/s and bandwidth time the roofline")
+                   help="GPU: a catalog name (python -m sim list) or a YAML/JSON spec file of datasheet figures "
+                        "(README, sim/hardware_file.py); its memory sizes the KV cache, its FLOP/s and bandwidth "
+                        "time the steps")
     g.add_argument("--tp", type=int, default=d.tp, help="tensor-parallel GPUs per replica")
     g.add_argument("--replicas", type=int, default=d.replicas, help="copies of the deployment behind --router")
     g.add_argument("--router", default=d.router, choices=ROUTERS, help="how requests are spread over replicas")

@@ -114,3 +114,19 @@ def test_the_config_names_exactly_the_codecs_there_are():
     from paged.engine.swap_compression import CODECS
 
     assert SWAP_COMPRESSIONS == (None, *CODECS)
+
+
+def test_the_swap_profiler_never_writes_over_the_simulators_profile_unasked(tmp_path, capsys, monkeypatch):
+    """`python -m paged.engine.swap_profile`, as the README listed it, wrote its measurement over the
+    tracked `sim/profiles/kv_swap_lz4.json` (its default --out). --out is now required, and checked
+    before the minutes of measuring (here: a folder, refused before any model loads)."""
+    import pytest
+
+    from paged.engine import swap_profile
+
+    monkeypatch.setattr(swap_profile, "measure", lambda *a: pytest.fail("measured before checking --out"))
+    with pytest.raises(SystemExit) as e:
+        swap_profile.main([])
+    assert e.value.code == 2 and "--out" in capsys.readouterr().err
+    assert swap_profile.main(["--out", str(tmp_path)]) == 2
+    assert f"--out {tmp_path}: is a folder" in capsys.readouterr().err
