@@ -27,6 +27,7 @@ from common import (
     outcome,
     parse_args,
     report,
+    span,
     write_csv,
     write_png,
 )
@@ -136,8 +137,8 @@ def verdicts(table: pd.DataFrame) -> list[Verdict]:
     tight = ((paged.ttft_s_p90 - paged.ttft_s_p10) / 2 <= pm / c * paged.ttft_s_p50).all()
     level = ((paged.ttft_s_p50 - c).abs() <= pm).all()
     paged_text = "; ".join(
-        f"{q:g} req/s: p50 {1e3 * p50_lo[q]:.0f}-{1e3 * p50_hi[q]:.0f} ms over max_num_seqs, p10-p90 "
-        f"{1e3 * d.ttft_s_p10.min():.0f}-{1e3 * d.ttft_s_p90.max():.0f} ms, TPOT p50 {1e3 * d.tpot_s_p50.mean():.1f}"
+        f"{q:g} req/s: p50 {span(1e3 * p50_lo[q], 1e3 * p50_hi[q])} ms over max_num_seqs, p10-p90 "
+        f"{span(1e3 * d.ttft_s_p10.min(), 1e3 * d.ttft_s_p90.max())} ms, TPOT p50 {1e3 * d.tpot_s_p50.mean():.1f}"
         f" ms (p90 {1e3 * d.tpot_s_p90.max():.1f})" for q, d in by_load)
     return [
         Verdict("Static batch size 8: latency swings 200-800 ms", outcome(swings and within, partly=swings),
@@ -147,7 +148,7 @@ def verdicts(table: pd.DataFrame) -> list[Verdict]:
                 "article's 4x; its range is seconds, not 200-800 ms: a request waits for the batch ahead of it to "
                 "finish its longest member."),
         Verdict("Continuous batching 4-32: latency 350 +- 50 ms", outcome(stable and tight and level, partly=stable),
-                f"paged TTFT p50 is {1e3 * paged.ttft_s_p50.min():.0f}-{1e3 * paged.ttft_s_p50.max():.0f} ms "
+                f"paged TTFT p50 is {span(1e3 * paged.ttft_s_p50.min(), 1e3 * paged.ttft_s_p50.max())} ms "
                 "across max_num_seqs: steady, but below 350 ms",
                 f"TTFT of continuous batching: {paged_text}. The median barely moves with max_num_seqs "
                 f"({'within' if stable else 'beyond'} +-{100 * pm / c:.0f}%), but it sits near "

@@ -131,3 +131,9 @@ def log_x(ax, ticks, label: str) -> None:
 
 def percent(x: float) -> str:
     return "-" if np.isnan(x) else f"{100 * x:.0f}%"
+
+
+def span(lo: float, hi: float, fmt: str = "{:.0f}") -> str:
+    """"lo-hi" as a verdict writes a range, or one figure where both read the same ("75", not "75-75")."""
+    a, b = fmt.format(lo), fmt.format(hi)
+    return a if a == b else f"{a}-{b}"
