@@ -40,7 +40,7 @@ import numpy as np
 from paged.core.validation import is_power_of_two
 from paged.help_formatter import RawDescriptionHelpFormatter
 from paged.metrics_summary import format_summary, goodput, jsonable, stats_of, tpot
-from paged.output_paths import check_output_paths, make_parent
+from paged.output_paths import check_output_paths, written
 from paged.workloads.options import add_workload_options, positive, workload_from_args
 from paged.workloads.workload import Workload
 
@@ -176,12 +176,18 @@ def main(argv: list[str] | None = None) -> int:
     print(format_summary({k: v for k, v in summary.items() if k != "errors"}))
     for message, count in summary["errors"].items():
         print(f"error x{count}: {message}")
-    if args.json:
-        source = {"trace": str(args.trace)} if args.trace is not None else {"shared_prefix": args.shared_prefix}
-        settings = {"url": url, "model": model, "vocab_size": args.vocab_size, "min_token_id": args.min_token_id,
-                    "seed": args.seed, "sampling": sampling}
-        doc = {**summary, "workload": {**source, "name": workload.name}, "config": settings}
-        make_parent(args.json).write_text(json.dumps(jsonable(doc), indent=2) + "\n")
-    if args.requests_csv:
-        requests_frame(workload, rec).to_csv(make_parent(args.requests_csv), index=False)
+    try:  # checked before the replay, but a disk may fill or a folder go during it
+        if args.json:
+            source = {"trace": str(args.trace)} if args.trace is not None else {"shared_prefix": args.shared_prefix}
+            settings = {"url": url, "model": model, "vocab_size": args.vocab_size, "min_token_id": args.min_token_id,
+                        "seed": args.seed, "sampling": sampling}
+            doc = {**summary, "workload": {**source, "name": workload.name}, "config": settings}
+            with written("--json", args.json) as path:
+                path.write_text(json.dumps(jsonable(doc), indent=2) + "\n")
+        if args.requests_csv:
+            with written("--requests-csv", args.requests_csv) as path:
+                requests_frame(workload, rec).to_csv(path, index=False)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     return 0

@@ -51,6 +51,25 @@ def test_bench_serve_checks_outputs_before_contacting_the_server(tmp_path, capsy
         assert f"{option} {path}: " in line and message in line
 
 
+def test_bench_serve_tries_its_outputs_before_contacting_the_server(unwritable, capsys):
+    """Tried, not asked of os.access, which lets root write anywhere: the replay then lost its results."""
+    for option, path in (("--json", unwritable / "b.json"), ("--requests-csv", unwritable / "new" / "r.csv")):
+        assert bench_serve.main(["--url", NOBODY, "--trace", str(AZURE_CONV), option, str(path)]) == 2
+        assert f"error: {option} {path}: cannot write it (" in one_line(capsys.readouterr().err)
+
+
+def test_bench_serve_names_the_option_of_a_write_that_fails_after_the_replay(backends, unwritable, monkeypatch,
+                                                                             capsys):
+    """Checked first, but a disk may fill during a replay: one line naming the option, not a traceback."""
+    monkeypatch.setattr(bench_serve, "check_output_paths", lambda outputs: None)
+    (url, _), = backends(["b0"])
+    path = unwritable / "b.json"
+    argv = ["--url", url, "--trace", str(AZURE_CONV), "--num-requests", "2", "--time-scale", "0.01",
+            "--max-model-len", "300", "--no-progress", "--json", str(path)]
+    assert bench_serve.main(argv) == 2
+    assert f"error: --json {path}: cannot write it (" in one_line(capsys.readouterr().err)
+
+
 @pytest.mark.parametrize("url", [NOBODY, "notaurl"])
 def test_bench_serve_names_a_url_it_cannot_reach(url, capsys):
     assert bench_serve.main(["--url", url, "--trace", str(AZURE_CONV), "--num-requests", "3"]) == 2
