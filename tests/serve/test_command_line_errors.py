@@ -58,6 +58,16 @@ def test_bench_serve_tries_its_outputs_before_contacting_the_server(unwritable, 
         assert f"error: {option} {path}: cannot write it (" in one_line(capsys.readouterr().err)
 
 
+def test_bench_serve_refuses_a_model_the_server_does_not_serve(backends, monkeypatch, capsys):
+    """Not a replay whose every request fails with 404, ending in exit status 0."""
+    monkeypatch.setattr(bench_serve, "replay_in_processes", lambda *a: pytest.fail("the replay started"))
+    (url, _), = backends(["b0"])
+    argv = ["--url", url, "--trace", str(AZURE_CONV), "--num-requests", "3", "--no-progress", "--model", "smol"]
+    assert bench_serve.main(argv) == 2
+    assert f"error: --model smol: {url} does not serve it; expected one of ['fake-model']" in one_line(
+        capsys.readouterr().err)
+
+
 def test_bench_serve_names_the_option_of_a_write_that_fails_after_the_replay(backends, unwritable, monkeypatch,
                                                                              capsys):
     """Checked first, but a disk may fill during a replay: one line naming the option, not a traceback."""
