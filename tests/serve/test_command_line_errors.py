@@ -144,6 +144,8 @@ def test_engine_command_line_names_an_unknown_model(capsys):
     (["--backend", "notaurl"], "--backend notaurl: expected a server's URL, such as http://127.0.0.1:8000"),
     (["--backend", "127.0.0.1:8000"], "--backend 127.0.0.1:8000: expected a server's URL"),
     (["--backend", NOBODY, "--port", "99999"], "--port 99999: expected a TCP port in [0, 65535]"),
+    (["--backend", NOBODY, "--policy", "kv_aware", "--tokenizer", "no-such-model"],
+     "--tokenizer no-such-model: model 'no-such-model': no such file or folder, and not a known name"),
 ])
 def test_router_refuses_what_would_leave_it_serving_nothing(monkeypatch, capsys, argv, message):
     import uvicorn
