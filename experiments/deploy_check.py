@@ -677,6 +677,17 @@ def run(args: argparse.Namespace, setup: Setup) -> int:
     return 0
 
 
+def check_run(run: Path, parser: argparse.ArgumentParser) -> Path:
+    """A finished run's folder, as deploy_hindsight.py and deploy_slice_size.py read it: one without
+    its deploy_check.json (no run there yet) is a one-line usage error saying how to make one, where
+    reading it ended in a FileNotFoundError traceback."""
+    if not (run / f"{NAME}.json").is_file():
+        print(f"{parser.prog}: error: {run}: holds no {NAME}.json; expected a {NAME}.py run's folder "
+              f"(python experiments/{NAME}.py --out {run} makes one)", file=sys.stderr)
+        raise SystemExit(2)
+    return run
+
+
 def add_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile", type=Path, default=None, help="reuse this profile instead of measuring one")
     p.add_argument("--num-requests", type=int, default=None, help="size of the slice (default: the setup's)")

@@ -57,7 +57,7 @@ def hindsight(run: Path) -> dict[str, dict[str, float]]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python experiments/deploy_hindsight.py", description=__doc__.split("\n\n")[0])
     p.add_argument("run", type=Path, help="a deploy_check.py output folder")
-    errors = hindsight(p.parse_args(argv).run)
+    errors = hindsight(dc.check_run(p.parse_args(argv).run, p))
     within = 0
     for router, e in errors.items():
         ok = {k: abs(v) <= dc.goal(k) for k, v in e.items()}

@@ -126,6 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--load", type=float, default=dc.FULL.load, help="offered rate over the predicted capacity")
     p.add_argument("--set", default="", help="other fields of the setup, KEY=VALUE,... (e.g. num_gpu_blocks=96)")
     args = p.parse_args(argv)
+    dc.check_run(args.run, p)
     base = replace(dc.FULL, **setup_overrides(args.set))
     frame = sweep(args.run, [int(x) for x in args.sizes.split(",")], [int(x) for x in args.seeds.split(",")],
                   args.load, base)

@@ -236,3 +236,14 @@ def test_the_served_speed_is_fitted_as_a_factor_plus_a_cost_per_sequence():
     assert fitted["per_seq_s"] == 0.0 and fitted["factor"] > 0
     with pytest.raises(ValueError, match="per_seq_s=-0.001"):
         served_steps.ServedSpeed(1.0, -0.001, 0.0)
+
+
+@pytest.mark.parametrize("name, argv", [("deploy_hindsight", []), ("deploy_slice_size", ["--from"])])
+def test_a_folder_without_a_run_says_how_to_make_one(tmp_path, capsys, name, argv):
+    """Not a FileNotFoundError traceback for DIR/deploy_check.json."""
+    with pytest.raises(SystemExit) as e:
+        load(name).main([*argv, str(tmp_path)])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"{tmp_path}: holds no deploy_check.json" in err
+    assert f"(python experiments/deploy_check.py --out {tmp_path} makes one)" in err

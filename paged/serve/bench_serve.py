@@ -40,7 +40,7 @@ import numpy as np
 from paged.core.validation import is_power_of_two
 from paged.help_formatter import RawDescriptionHelpFormatter
 from paged.metrics_summary import format_summary, goodput, jsonable, stats_of, tpot
-from paged.output_paths import check_output_paths, make_parent
+from paged.output_paths import check_output_paths, written
 from paged.workloads.options import add_workload_options, positive, workload_from_args
 from paged.workloads.workload import Workload
 
@@ -98,7 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
                                 formatter_class=RawDescriptionHelpFormatter,
                                 epilog=__doc__.split("\n\n", 1)[1])
     p.add_argument("--url", required=True, help="the server (or router), e.g. http://127.0.0.1:8000")
-    p.add_argument("--model", default=None, help="default: the first model of the server's /v1/models")
+    p.add_argument("--model", default=None, help="one the server's /v1/models lists (default: its first)")
     add_workload_options(p)
     g = p.add_argument_group("prompts")
     g.add_argument("--vocab-size", type=int, default=32000, help="token ids stay below it: at most the model's")
@@ -136,15 +136,32 @@ def sampling_fields(args: argparse.Namespace, parser: argparse.ArgumentParser) -
     return {k: v for k, v in given.items() if v is not None}
 
 
-def first_model(url: str) -> str:
-    """The first model the server lists; an unreachable or non-OpenAI URL is a usage error naming it."""
+def served_models(url: str) -> list[str]:
+    """The models the server lists; an unreachable or non-OpenAI URL is a usage error naming it."""
     try:
         r = httpx.get(f"{url}/v1/models", timeout=30)
         r.raise_for_status()
-        return r.json()["data"][0]["id"]
-    except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as e:
+        models = [m["id"] for m in r.json()["data"]]
+    except (httpx.HTTPError, ValueError, KeyError, TypeError) as e:
         raise ValueError(f"--url {url}: cannot list its models at /v1/models ({type(e).__name__}: {e}); expected "
                          "a running OpenAI-compatible server, such as http://127.0.0.1:8000") from None
+    if not models:
+        raise ValueError(f"--url {url}: its /v1/models lists no model; expected a server with one")
+    return models
+
+
+def first_model(url: str) -> str:
+    """The first model the server lists (what a request without a model gets)."""
+    return served_models(url)[0]
+
+
+def chosen_model(url: str, model: str | None) -> str:
+    """--model, or the server's first; one it does not serve is refused now, not request by request
+    (each would fail with 404, and the replay would end with nothing measured and exit status 0)."""
+    served = served_models(url)  # asked even with --model: an unreachable URL fails now
+    if model is not None and model not in served:
+        raise ValueError(f"--model {model}: {url} does not serve it; expected one of {served}")
+    return model or served[0]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -164,8 +181,7 @@ def main(argv: list[str] | None = None) -> int:
         check_output_paths([("--json", args.json, ".json"), ("--requests-csv", args.requests_csv, ".csv")])
         workload = workload_from_args(args, args.max_model_len, args.block_size)
         prompt = PromptMaker(workload, args.vocab_size, args.min_token_id, args.seed)
-        listed = first_model(url)  # asked even with --model: an unreachable URL fails now, not request by request
-        model = args.model or listed
+        model = chosen_model(url, args.model)
     except (ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -176,12 +192,18 @@ def main(argv: list[str] | None = None) -> int:
     print(format_summary({k: v for k, v in summary.items() if k != "errors"}))
     for message, count in summary["errors"].items():
         print(f"error x{count}: {message}")
-    if args.json:
-        source = {"trace": str(args.trace)} if args.trace is not None else {"shared_prefix": args.shared_prefix}
-        settings = {"url": url, "model": model, "vocab_size": args.vocab_size, "min_token_id": args.min_token_id,
-                    "seed": args.seed, "sampling": sampling}
-        doc = {**summary, "workload": {**source, "name": workload.name}, "config": settings}
-        make_parent(args.json).write_text(json.dumps(jsonable(doc), indent=2) + "\n")
-    if args.requests_csv:
-        requests_frame(workload, rec).to_csv(make_parent(args.requests_csv), index=False)
+    try:  # checked before the replay, but a disk may fill or a folder go during it
+        if args.json:
+            source = {"trace": str(args.trace)} if args.trace is not None else {"shared_prefix": args.shared_prefix}
+            settings = {"url": url, "model": model, "vocab_size": args.vocab_size, "min_token_id": args.min_token_id,
+                        "seed": args.seed, "sampling": sampling}
+            doc = {**summary, "workload": {**source, "name": workload.name}, "config": settings}
+            with written("--json", args.json) as path:
+                path.write_text(json.dumps(jsonable(doc), indent=2) + "\n")
+        if args.requests_csv:
+            with written("--requests-csv", args.requests_csv) as path:
+                requests_frame(workload, rec).to_csv(path, index=False)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     return 0

@@ -394,14 +394,16 @@ def main(argv: list[str] | None = None) -> int:
     for option in SECONDS_OPTIONS:  # 0 would probe or poll in a busy loop, NaN compare false everywhere
         if not 0 < (value := getattr(args, option)) < math.inf:
             parser.error(f"--{option.replace('_', '-')} {value}: expected a finite number of seconds > 0")
-    try:
+    try:  # the app too: kv_aware loads --tokenizer there, and a model it cannot find is a usage error
         check_listen_address(args.host, args.port)
         chat_template = read_chat_template(args.chat_template)
+        config = RouterConfig(args.backend, args.policy, args.block_size, args.health_interval_s,
+                              args.health_timeout_s, args.connect_timeout_s, args.read_timeout_s,
+                              args.abort_after_failed_probes, args.kv_events_interval_s, args.api_key, args.tokenizer,
+                              chat_template, args.max_num_seqs, args.max_body_bytes, args.num_gpu_blocks,
+                              args.cache_threshold)
+        app = create_app(config)
     except (ValueError, OSError) as e:
         parser.error(str(e))
-    config = RouterConfig(args.backend, args.policy, args.block_size, args.health_interval_s, args.health_timeout_s,
-                          args.connect_timeout_s, args.read_timeout_s, args.abort_after_failed_probes,
-                          args.kv_events_interval_s, args.api_key, args.tokenizer, chat_template,
-                          args.max_num_seqs, args.max_body_bytes, args.num_gpu_blocks, args.cache_threshold)
-    uvicorn.run(create_app(config), host=args.host, port=args.port, log_level=args.log_level, access_log=False)
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False)
     return 0

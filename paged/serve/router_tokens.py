@@ -46,7 +46,10 @@ class PromptTokens:
         if tokenizer is not None:
             from paged.engine.loader import load_tokenizer
 
-            self.tokenizer = load_tokenizer(tokenizer)
+            try:  # the model's name or path checked as `paged serve --model` checks it
+                self.tokenizer = load_tokenizer(tokenizer)
+            except (ValueError, OSError) as e:
+                raise ValueError(f"--tokenizer {tokenizer}: {e}") from None
             if self.tokenizer is None:
                 raise ValueError(f"--tokenizer {tokenizer}: the model has no tokenizer (no tokenizer.json)")
         self.chat_template = read_chat_template(chat_template)

@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 from paged.metrics_summary import jsonable
 from paged.output_paths import check_output_paths as check_paths
+from paged.output_paths import written
 
 # dest -> (option, the suffix of an example file name)
 OUTPUT_OPTIONS = {"json": ("--json", ".json"), "requests_csv": ("--requests-csv", ".csv"),
@@ -23,20 +23,21 @@ def check_output_paths(args) -> None:
 
 
 def write_outputs(args, result, summary: dict, workload, config) -> None:
-    """Every output the run was asked for, from the finished result."""
-    for dest in OUTPUT_OPTIONS:
-        if getattr(args, dest, None):
-            Path(getattr(args, dest)).parent.mkdir(parents=True, exist_ok=True)
+    """Every output the run was asked for, from the finished result; a write that fails names its option."""
     if args.json:
         source = {"trace": str(args.trace)} if args.trace is not None else {"shared_prefix": args.shared_prefix}
         doc = {**summary, "workload": {**source, "name": workload.name}, "config": config.to_dict()}
-        Path(args.json).write_text(json.dumps(jsonable(doc), indent=2) + "\n")
+        with written("--json", args.json) as path:
+            path.write_text(json.dumps(jsonable(doc), indent=2) + "\n")
     if args.requests_csv:
         df = result.requests
         if "itl_s" in df:  # a JSON list per cell: numpy's repr wraps lines and elides long arrays
             df = df.assign(itl_s=[json.dumps(x.tolist()) if x is not None else "" for x in df.itl_s])
-        df.to_csv(args.requests_csv, index=False)
+        with written("--requests-csv", args.requests_csv) as path:
+            df.to_csv(path, index=False)
     if args.timeseries_csv:
-        result.timeseries.to_csv(args.timeseries_csv, index=False)
+        with written("--timeseries-csv", args.timeseries_csv) as path:
+            result.timeseries.to_csv(path, index=False)
     if args.plot:
-        result.plot(args.plot)
+        with written("--plot", args.plot) as path:
+            result.plot(path)

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from paged.metrics_summary import jsonable
-from paged.output_paths import check_output_paths, make_parent
+from paged.output_paths import check_output_paths, written
 from paged.workloads.options import add_workload_options, positive
 
 from ..parallel import BACKENDS
@@ -88,7 +88,9 @@ def cmd_search(args: argparse.Namespace) -> int:
                             "num_requests": len(workload)},
                "slo": {"ttft_p99_s": slo.ttft_p99_s, "tpot_p99_s": slo.tpot_p99_s}, "rtol": args.rtol,
                "wall_time_s": wall, "rows": [jsonable(r) for r in df.to_dict("records")]}
-        make_parent(args.json).write_text(json.dumps(doc, indent=2) + "\n")
+        with written("--json", args.json) as path:
+            path.write_text(json.dumps(doc, indent=2) + "\n")
     if args.plot:
-        pareto_figure(df, args.plot)
+        with written("--plot", args.plot) as path:
+            pareto_figure(df, path)
     return 0

@@ -51,6 +51,35 @@ def test_bench_serve_checks_outputs_before_contacting_the_server(tmp_path, capsy
         assert f"{option} {path}: " in line and message in line
 
 
+def test_bench_serve_tries_its_outputs_before_contacting_the_server(unwritable, capsys):
+    """Tried, not asked of os.access, which lets root write anywhere: the replay then lost its results."""
+    for option, path in (("--json", unwritable / "b.json"), ("--requests-csv", unwritable / "new" / "r.csv")):
+        assert bench_serve.main(["--url", NOBODY, "--trace", str(AZURE_CONV), option, str(path)]) == 2
+        assert f"error: {option} {path}: cannot write it (" in one_line(capsys.readouterr().err)
+
+
+def test_bench_serve_refuses_a_model_the_server_does_not_serve(backends, monkeypatch, capsys):
+    """Not a replay whose every request fails with 404, ending in exit status 0."""
+    monkeypatch.setattr(bench_serve, "replay_in_processes", lambda *a: pytest.fail("the replay started"))
+    (url, _), = backends(["b0"])
+    argv = ["--url", url, "--trace", str(AZURE_CONV), "--num-requests", "3", "--no-progress", "--model", "smol"]
+    assert bench_serve.main(argv) == 2
+    assert f"error: --model smol: {url} does not serve it; expected one of ['fake-model']" in one_line(
+        capsys.readouterr().err)
+
+
+def test_bench_serve_names_the_option_of_a_write_that_fails_after_the_replay(backends, unwritable, monkeypatch,
+                                                                             capsys):
+    """Checked first, but a disk may fill during a replay: one line naming the option, not a traceback."""
+    monkeypatch.setattr(bench_serve, "check_output_paths", lambda outputs: None)
+    (url, _), = backends(["b0"])
+    path = unwritable / "b.json"
+    argv = ["--url", url, "--trace", str(AZURE_CONV), "--num-requests", "2", "--time-scale", "0.01",
+            "--max-model-len", "300", "--no-progress", "--json", str(path)]
+    assert bench_serve.main(argv) == 2
+    assert f"error: --json {path}: cannot write it (" in one_line(capsys.readouterr().err)
+
+
 @pytest.mark.parametrize("url", [NOBODY, "notaurl"])
 def test_bench_serve_names_a_url_it_cannot_reach(url, capsys):
     assert bench_serve.main(["--url", url, "--trace", str(AZURE_CONV), "--num-requests", "3"]) == 2
@@ -115,6 +144,8 @@ def test_engine_command_line_names_an_unknown_model(capsys):
     (["--backend", "notaurl"], "--backend notaurl: expected a server's URL, such as http://127.0.0.1:8000"),
     (["--backend", "127.0.0.1:8000"], "--backend 127.0.0.1:8000: expected a server's URL"),
     (["--backend", NOBODY, "--port", "99999"], "--port 99999: expected a TCP port in [0, 65535]"),
+    (["--backend", NOBODY, "--policy", "kv_aware", "--tokenizer", "no-such-model"],
+     "--tokenizer no-such-model: model 'no-such-model': no such file or folder, and not a known name"),
 ])
 def test_router_refuses_what_would_leave_it_serving_nothing(monkeypatch, capsys, argv, message):
     import uvicorn

@@ -49,6 +49,13 @@ def test_search_output_under_a_file_fails_before_searching(tmp_path, azure_conv,
     assert f"{tmp_path / 'f'} is a file, so it cannot hold s.json" in err
 
 
+@pytest.mark.parametrize("option, name", [("--json", "s.json"), ("--plot", "s.png")])
+def test_search_output_no_one_may_write_fails_before_searching(unwritable, azure_conv, capsys, no_search, option,
+                                                               name):
+    err = usage_error(capsys, search(azure_conv, option, str(unwritable / name)))
+    assert f"error: {option} {unwritable / name}: cannot write it (" in err
+
+
 def test_search_figure_format_and_shared_path_fail_before_searching(tmp_path, azure_conv, capsys, no_search):
     assert "matplotlib cannot write .txt files" in usage_error(
         capsys, search(azure_conv, "--plot", str(tmp_path / "p.txt")))

@@ -3,6 +3,7 @@ with one line naming the value, what was expected and where; outputs are checked
 long run starts, so that its results are never lost to a bad path after it."""
 import pytest
 
+import sim.cli.commands
 import sim.runner
 from sim.cli import main
 
@@ -44,6 +45,33 @@ def test_a_figure_format_matplotlib_cannot_write_fails_before_simulating(tmp_pat
                                                                          no_simulation):
     err = run(capsys, "--trace", str(azure_conv), "--plot", str(tmp_path / "figure.txt"))
     assert "matplotlib cannot write .txt files; expected one of" in err and "'png'" in err
+
+
+@pytest.mark.parametrize("option", ["--json", "--plot"])
+@pytest.mark.parametrize("under", [".", "new"])
+def test_an_output_path_no_one_may_write_fails_before_simulating(unwritable, azure_conv, capsys, no_simulation,
+                                                                 option, under):
+    """Tried, not asked of os.access, which lets root write anywhere: the run then lost its results."""
+    path = unwritable / under / f"out{'.json' if option == '--json' else '.png'}"
+    err = run(capsys, "--trace", str(azure_conv), option, str(path))
+    assert f"error: {option} {path}: cannot write it (" in err and len(err.strip().splitlines()) == 1
+
+
+def test_an_output_path_ending_in_a_slash_fails_before_simulating(tmp_path, azure_conv, capsys, no_simulation):
+    """The user meant a folder: a file named as the folder was written."""
+    path = f"{tmp_path / 'new'}/"
+    err = run(capsys, "--trace", str(azure_conv), "--json", path)
+    assert (f"--json {path}: ends in a slash, so it names a folder; expected a file path, such as "
+            f"{tmp_path / 'new' / 'out.json'}") in err
+    assert not (tmp_path / "new").exists()
+
+
+def test_a_write_that_fails_after_the_run_names_its_option(unwritable, azure_conv, capsys, monkeypatch):
+    """Checked first, but a disk may fill during a run: the error names the option, not just the path."""
+    monkeypatch.setattr(sim.cli.commands, "check_output_paths", lambda args: None)
+    path = unwritable / "out.json"
+    err = run(capsys, "--trace", str(azure_conv), "--num-requests", "20", "--no-progress", "--json", str(path))
+    assert f"error: --json {path}: cannot write it (" in err and len(err.strip().splitlines()) == 1
 
 
 def test_every_output_creates_its_folder(tmp_path, azure_conv):
