@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -30,6 +29,7 @@ import pandas as pd
 from cache_aware_routing import AGENTIC, run
 from common import MOONCAKE, Verdict, outcome, parse_args, percent, report, write_csv
 
+from paged.output_paths import check_output_paths
 from paged.workloads.conversations import conversation_workload
 from paged.workloads.prefix_reuse import pooled_lru_hit_rate
 from paged.workloads.workload import packed_ids
@@ -143,15 +143,13 @@ def verdicts(df: pd.DataFrame) -> list[Verdict]:
 
 
 def check_json(path: Path | None) -> None:
-    """--json's file, checked before the runs (they take minutes): in a writable folder
-    (--out's included, made by then), and no folder in its place; exit status 2 otherwise."""
-    if path is None:
-        return
-    if path.is_dir() or not path.parent.is_dir() or not os.access(path.parent, os.W_OK) \
-            or (path.exists() and not os.access(path, os.W_OK)):
-        print(f"python experiments/{NAME}.py: error: --json {path}: cannot write this file; expected a file path "
-              "in a writable folder", file=sys.stderr)
-        raise SystemExit(2)
+    """--json's file, checked before the runs (they take minutes) as every command's outputs are
+    (`paged.output_paths`); exit status 2 otherwise."""
+    try:
+        check_output_paths([("--json", str(path) if path else None, ".json")])
+    except ValueError as e:
+        print(f"python experiments/{NAME}.py: error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def add_options(p: argparse.ArgumentParser) -> None:

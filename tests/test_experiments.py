@@ -259,11 +259,13 @@ def test_routing_probes(tmp_path, capsys):
     assert ((rows.flag == "") == ~(under | above)).all()
 
 
-def test_routing_probes_refuses_a_json_path_before_running(tmp_path, capsys):
-    """--json naming a folder: exit status 2 before any probe runs (they take minutes), nothing written."""
-    with pytest.raises(SystemExit) as e:
-        load("routing_probes").main(["--quick", "--out", str(tmp_path / "out"), "--json", str(tmp_path)])
-    assert e.value.code == 2
-    err = capsys.readouterr().err
-    assert f"--json {tmp_path}: cannot write this file" in err and " requests: " not in err
-    assert not list((tmp_path / "out").iterdir())
+def test_routing_probes_refuses_a_json_path_before_running(tmp_path, capsys, unwritable):
+    """--json naming a folder, or a file root cannot write either (os.access let it through): exit
+    status 2 before any probe runs (they take minutes), nothing written."""
+    for bad, why in ((tmp_path, "is a folder"), (unwritable / "rows.json", "cannot write it")):
+        with pytest.raises(SystemExit) as e:
+            load("routing_probes").main(["--quick", "--out", str(tmp_path / "out"), "--json", str(bad)])
+        assert e.value.code == 2
+        err = capsys.readouterr().err
+        assert f"--json {bad}: {why}" in err and " requests: " not in err
+        assert not list((tmp_path / "out").iterdir())
