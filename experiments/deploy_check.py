@@ -688,6 +688,13 @@ def check_run(run: Path, parser: argparse.ArgumentParser) -> Path:
     return run
 
 
+def run_profile(run: Path, doc: dict) -> Path:
+    """The profile a finished run predicted from: the one its conditions name (a run given
+    --profile used one outside its folder), else its own profile.json."""
+    named = Path(doc["conditions"]["profile"])
+    return named if named.is_file() else run / "profile.json"
+
+
 def add_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile", type=Path, default=None, help="reuse this profile instead of measuring one")
     p.add_argument("--num-requests", type=int, default=None, help="size of the slice (default: the setup's)")

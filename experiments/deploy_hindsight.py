@@ -32,8 +32,7 @@ def hindsight(run: Path) -> dict[str, dict[str, float]]:
     """Per router, each judged metric's error (relative; absolute for the hit rate) when predicted
     with the replay's own step speed."""
     doc = json.loads((run / "deploy_check.json").read_text())
-    named = Path(doc["conditions"]["profile"])  # a run given --profile names a profile outside DIR
-    fit = fit_profile(named if named.is_file() else run / "profile.json")
+    fit = fit_profile(dc.run_profile(run, doc))
     setup = replace(dc.FULL, **{k: v for k, v in doc["conditions"]["setup"].items() if k != "grid"})
     workload = at_load(dc.shared_prefix_slice(setup), doc["conditions"]["offered_req_s"])
     base = SimConfig(model=dc.MODEL, cost_model=served_steps.served_cost_model(fit, ServedSpeed()),

@@ -50,7 +50,7 @@ def sweep(run: Path, sizes: list[int], seeds: list[int], load: float, base: dc.S
     doc = json.loads((run / "deploy_check.json").read_text())
     calibration = doc["conditions"]["calibration"]
     served = ServedSpeed(**calibration["served"])
-    fit = fit_profile(run / "profile.json")
+    fit = fit_profile(dc.run_profile(run, doc))
     frontend = float(np.median([r["frontend_latency_s"] for r in doc["routers"].values()]))
     rows = []
     for seed in seeds:
