@@ -15,7 +15,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-pytestmark = pytest.mark.filterwarnings("error::sim.plots.SmallTextWarning")
+pytestmark = [pytest.mark.filterwarnings("error::sim.plots.SmallTextWarning"),
+              pytest.mark.filterwarnings("error::sim.plots.OverlappingTextWarning")]
 EXPERIMENTS = Path(__file__).resolve().parent.parent / "experiments"
 
 
@@ -36,7 +37,7 @@ def run_quick(name: str, out: Path) -> pd.DataFrame:
 def check_figure(path: Path) -> None:
     """A real figure, about a column wide at the style's resolution: printed a column wide, its
     7.5-point tick labels stay at 7 points or more. (`sim.plots.save` checks every text's size
-    too, and this module turns its SmallTextWarning into an error.)"""
+    too, and whether texts overlap: this module turns its warnings into errors.)"""
     from PIL import Image
 
     from sim.plots import COLUMN_WIDTH_IN, MIN_PRINTED_PT, STYLE

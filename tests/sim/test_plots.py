@@ -81,3 +81,40 @@ def test_the_small_text_warning_does_not_round_its_size_up_to_the_limit(tmp_path
     with pytest.warns(SmallTextWarning, match=r"would be 6\.96 pt; expected at least 7$"):
         save(fig, tmp_path / "f.png")
     plt.close(fig)
+
+
+def test_tick_labels_that_would_run_together_are_thinned(tmp_path):
+    """Batch sizes 2-256 on a half-column log axis printed "816 32", and 0.25-8 req/s "0.250.5"
+    (static_vs_paged, batching_knobs): `save` keeps the first label and each that clears it."""
+    from sim.plots import STYLE, figure, save
+
+    fig, axes = figure(2, 2)
+    for ax, ticks in zip(axes.ravel(), ([2, 4, 8, 16, 32, 256], [0.25, 0.5, 1, 2, 4, 8], [1, 2], [1, 2]), strict=True):
+        ax.plot([ticks[0], ticks[-1]], [0, 1])
+        ax.set_xscale("log")
+        ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
+        ax.minorticks_off()
+    save(fig, tmp_path / "f.png")
+    renderer = fig.canvas.get_renderer()
+    space = STYLE["xtick.labelsize"] / 4 * fig.dpi / 72  # a quarter of their size between two labels
+    for ax in axes.ravel()[:2]:
+        shown = [t for t in ax.get_xticklabels() if t.get_visible()]
+        assert shown[0].get_text() in ("2", "0.25") and len(shown) >= 4
+        boxes = sorted((t.get_window_extent(renderer) for t in shown), key=lambda b: b.x0)
+        assert all(a.x1 + space <= b.x0 for a, b in zip(boxes, boxes[1:]))
+
+
+def test_texts_over_one_another_are_reported(tmp_path):
+    """The size check missed text written over text: `save` warns of it too."""
+    import matplotlib.pyplot as plt
+    import pytest
+
+    from sim.plots import OverlappingTextWarning, save
+
+    fig = plt.figure(figsize=(3.0, 1.0))
+    fig.text(0.3, 0.5, "a label")
+    fig.text(0.35, 0.5, "another")
+    with pytest.warns(OverlappingTextWarning, match="'a label' and 'another'"):
+        save(fig, tmp_path / "f.png")
+    plt.close(fig)
+
