@@ -235,6 +235,8 @@ def _percentile_handles():
 def cdf(ax, values: np.ndarray, label: str | None = None, percentiles: bool = True, **kwargs) -> None:
     """The empirical CDF of `values` (NaNs dropped), with its p50 and p99 marked in its colour."""
     v = np.sort(values[~np.isnan(values)])
+    if len(v) and np.ptp(v) <= 1e-9 * np.abs(v).max():
+        v = np.full_like(v, v[0])  # one value up to rounding: not an axis 1e-11 wide, labelled "1e-11+1.14e1"
     if len(v):
         (line,) = ax.plot(v, np.arange(1, len(v) + 1) / len(v), label=label, **{**kwargs, "marker": "none"})
         if percentiles:
@@ -306,6 +308,9 @@ def summary_figure(result, path: str | Path | None = None):
     ax2.plot(ts["time_s"][m], ts["num_running"][m], color="0.35", ls=":", lw=0.9, label="running requests")
     ax2.plot(ts["time_s"][m], ts["num_waiting"][m], color="0.6", ls="-.", lw=0.9, label="waiting requests")
     ax2.set_ylabel("requests")
+    # whole requests, counted from the KV axis' 0: no "2.5 requests", no waiting line floating at 5%
+    ax2.set_ylim(bottom=0)
+    ax2.yaxis.get_major_locator().set_params(integer=True)
     ax2.grid(False)
     ax2.spines["right"].set_visible(True)
     legend_below(fig, fig.axes, percentiles=True)

@@ -118,3 +118,16 @@ def test_texts_over_one_another_are_reported(tmp_path):
         save(fig, tmp_path / "f.png")
     plt.close(fig)
 
+
+def test_equal_latencies_up_to_rounding_get_a_plain_axis(tmp_path):
+    """Requests all alike take the same TPOT, up to 1e-11 ms of rounding: the CDF's axis spanned that
+    and matplotlib labelled it with an offset ("1e-11+1.137973716e1") written over the axis label."""
+    import warnings
+
+    from sim.plots import OverlappingTextWarning
+
+    w = Workload(np.linspace(0, 20, 80), np.full(80, 300), np.full(80, 60))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", OverlappingTextWarning)
+        fig = summary_figure(simulate(w, SimConfig(replicas=4)), tmp_path / "s.png")
+    assert fig.axes[1].xaxis.get_offset_text().get_text() == ""
