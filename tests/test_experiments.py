@@ -233,6 +233,20 @@ def test_chat_past_saturation_verdict_names_the_seeds_whose_tail_is_worse():
     assert lpm.outcome == "holds" and lpm.headline.endswith("no worse than least_outstanding on every seed")
 
 
+def test_chat_past_saturation_series_read_apart_in_greyscale():
+    """Its nine series told the routers apart by colour alone (every marker a circle), and its 85% line
+    was dotted like the queue-eviction series: each series now has its own line style and marker."""
+    import matplotlib.pyplot as plt
+
+    exp = load("chat_past_saturation")
+    rows = [{"seed": seed, "setting": setting, "router": router, "ratio": 0.9, "ttft_s_p99": 1.0}
+            for setting in exp.SETTINGS for seed in (1, 2) for router in exp.ROUTERS]
+    fig = exp.plot(pd.DataFrame(rows))
+    lines = fig.axes[0].get_lines()
+    looks = {(str(ln.get_linestyle()), ln.get_marker()) for ln in lines}
+    assert len(lines) == len(looks) == len(exp.SETTINGS) * len(exp.ROUTERS) + 1  # and the 85% line
+    plt.close(fig)
+
 def test_routing_probes(tmp_path, capsys):
     """One row per probe, a probe of each kind (Mooncake on 2 and on 4 A100s, the 8k-token system prompt, the
     bursts), both routers run on each with every request finished; hit rates and yardsticks are shares of the
