@@ -131,3 +131,25 @@ def test_equal_latencies_up_to_rounding_get_a_plain_axis(tmp_path):
         warnings.simplefilter("error", OverlappingTextWarning)
         fig = summary_figure(simulate(w, SimConfig(replicas=4)), tmp_path / "s.png")
     assert fig.axes[1].xaxis.get_offset_text().get_text() == ""
+
+
+def test_a_log_axis_is_labelled_at_every_decade_that_fits(tmp_path):
+    """Four decades of TTFT on a half-column panel read "0.01" and "10" alone (matplotlib labels
+    every third decade there); nine decades must not count labels outside the view as overlaps."""
+    import warnings
+
+    from sim.plots import OverlappingTextWarning, figure, plain_log, save
+
+    fig, axes = figure(2, 2)
+    for ax, (lo, hi) in zip(axes.ravel(), ((0.01, 30), (1, 1e9), (1, 2), (1, 2)), strict=True):
+        ax.plot([lo, hi], [lo, hi])
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        plain_log(ax.xaxis)
+        plain_log(ax.yaxis)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", OverlappingTextWarning)
+        save(fig, tmp_path / "f.png")
+    lo, hi = axes[0, 0].get_xlim()
+    shown = [t.get_text() for t in axes[0, 0].get_xticklabels() if t.get_visible() and lo <= t.get_position()[0] <= hi]
+    assert shown == ["0.01", "0.1", "1", "10"]
