@@ -200,6 +200,10 @@ def test_health(tmp_path):
         assert heavy.kv_usage > light.kv_usage and heavy.ttft_s_p99 >= light.ttft_s_p99
         assert heavy.output_tokens_per_s_per_gpu > light.output_tokens_per_s_per_gpu
     assert (table.healthy == (table.kv_ok & table.latency_ok & table.tokens_ok & table.failures_ok)).all()
+    fig = load("health").plot(table)
+    for ax in fig.axes:  # in greyscale a line's dashes are what tell it apart: no two alike in a panel
+        dashes = [str(line._unscaled_dash_pattern) for line in ax.get_lines()]  # get_linestyle() says "--" for all
+        assert len(set(dashes)) == len(dashes)
 
 
 def test_cache_aware_routing(tmp_path, capsys):
