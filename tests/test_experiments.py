@@ -119,6 +119,11 @@ def test_prefix_sharing(tmp_path):
     assert (by[True][by.index > 0] < by[False][by.index > 0]).all()
     saved = table[table.prefix_caching].set_index("prefix_tokens").kv_saved
     assert saved.is_monotonic_increasing
+    fig = load("prefix_sharing").plot(table)
+    fig.canvas.draw()
+    handles = fig.legends[0].legend_handles  # one entry per look: none two names for the same line
+    looks = {(h.get_color(), str(h._unscaled_dash_pattern), h.get_marker()) for h in handles}
+    assert len(looks) == len(handles)
 
 
 def test_prefix_hit_rate(tmp_path):
