@@ -122,6 +122,8 @@ def plot(sweep: pd.DataFrame, cap: pd.DataFrame):
     for ax in axes[0, :2]:
         ax.axhline(30, label="article: static < 30%", **{**REFERENCE, "ls": "--"})
         ax.axhline(75, label="article: paged > 75%", **{**REFERENCE, "ls": "-."})
+        # shares from 0 (or the margin under it): from 24%, static's squares at 28% sat on the axis line
+        ax.set_ylim(bottom=min(0, ax.get_ylim()[0]))
     ax = axes[1, 2]
     static = (cap.system != "paged").to_numpy()
     # bars across, sizes down the side: eight sizes up to 256 under bars 0.15 in apart ran together
