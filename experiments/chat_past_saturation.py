@@ -34,7 +34,7 @@ from common import Verdict, outcome, percent, run_table_experiment
 from paged.workloads.conversations import conversation_workload
 from paged.workloads.prefix_reuse import pooled_lru_hit_rate
 from sim import SimConfig
-from sim.plots import figure, legend_below, look
+from sim.plots import REFERENCE, figure, legend_below, look
 
 NAME = "chat_past_saturation"
 CONFIG = SimConfig(model="llama-3.1-8b", hardware="a100-80gb", replicas=2)
@@ -65,13 +65,13 @@ def table(quick: bool) -> pd.DataFrame:
 def plot(df: pd.DataFrame):
     fig, axes = figure(1, 2)
     lines = {"fcfs": "--", QUEUE_AWARE: ":", "lpm": "-"}
-    for k, ((setting, router), d) in enumerate(df.groupby(["setting", "router"], sort=False)):
-        style = {"color": look(k % len(ROUTERS))["color"], "ls": lines[setting], "marker": "o",
-                 "ms": 3, "label": f"{router}, {setting}"}
+    for (setting, router), d in df.groupby(["setting", "router"], sort=False):
+        # a router its colour and marker (apart in greyscale), a queue setting its line style
+        style = {**look(ROUTERS.index(router)), "ls": lines[setting], "ms": 3, "label": f"{router}, {setting}"}
         xs = range(len(d))
         axes[0, 0].plot(xs, 100 * d.ratio, **style)
         axes[0, 1].plot(xs, d.ttft_s_p99, **style)
-    axes[0, 0].axhline(85, color="grey", ls=":", lw=0.8, label="85% of the yardstick")
+    axes[0, 0].axhline(85, **REFERENCE, label="85% of the yardstick")
     axes[0, 0].set_ylabel("prefix hit rate, % of the yardstick")
     axes[0, 1].set_ylabel("TTFT p99 (s)")
     for ax in axes[0]:

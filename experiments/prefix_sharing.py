@@ -71,7 +71,8 @@ def plot(table: pd.DataFrame):
     ax.set_title(f"{NUM_REQUESTS} concurrent requests, one shared prompt")
     ax = axes[0, 1]
     d = table[table.prefix_caching]
-    ax.plot(100 * d.prefix_share, 100 * d.kv_saved, label="saved, measured", **look("with prefix caching"))
+    # the same system, so the same look and name: one legend entry, not two alike ("saved, measured")
+    ax.plot(100 * d.prefix_share, 100 * d.kv_saved, label="with prefix caching", **look("with prefix caching"))
     ax.plot(100 * d.prefix_share, 100 * d.kv_saved_ideal, label="saved, all but one copy of the prefix",
             **{**look(2), "marker": "none"})
     ax.axhline(40, label="article: > 40%", **REFERENCE)

@@ -65,25 +65,32 @@ def format_report(r: Report) -> str:
 
 
 def plot_heldout(r: Report, path: str | Path) -> None:
-    import matplotlib
-
-    from paged.output_paths import make_parent
-
-    matplotlib.use("Agg")
+    """Held-out predictions against measurements, in the project's figure style (`sim.plots`: a
+    column wide, text of 7 points or more once printed there; 5.5 inches wide at 9-10 points, it
+    printed at 5-6 points). The points are drawn first, so the +-10% lines stay visible over them."""
     import matplotlib.pyplot as plt
 
+    from .plots import PALETTE, REFERENCE, figure, legend_below, plain_log, save
+
     measured, predicted = r.heldout_points
-    fig, ax = plt.subplots(figsize=(5.5, 5))
-    ax.loglog(measured * 1e3, predicted * 1e3, ".", ms=2, alpha=0.4)
+    fig, axes = figure(1, 1, height=3.0)
+    ax = axes[0, 0]
+    ax.plot(measured * 1e3, predicted * 1e3, ls="none", marker=".", ms=2, alpha=0.4, color=PALETTE[0],
+            label="held-out point")
     lo, hi = measured.min() * 1e3, measured.max() * 1e3
-    for f, style in ((1.0, "k-"), (1.1, "k:"), (1 / 1.1, "k:")):
-        ax.plot([lo, hi], [lo * f, hi * f], style, lw=0.8)
+    ax.plot([lo, hi], [lo, hi], color="black", lw=0.8, label="predicted = measured")
+    for f, label in ((1.1, "+-10%"), (1 / 1.1, None)):
+        ax.plot([lo, hi], [lo * f, hi * f], **REFERENCE, label=label)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    plain_log(ax.xaxis)
+    plain_log(ax.yaxis)
     ax.set_xlabel("measured (ms per layer)")
     ax.set_ylabel("predicted, held out (ms per layer)")
-    ax.set_title(f"calibrated model, leave one out\nmedian {r.heldout.median:.1%}, p90 {r.heldout.p90:.1%}, "
-                 f"worst {r.heldout.worst:.1%} (dotted: +-10%)", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(make_parent(path), dpi=120)
+    ax.set_title(f"calibrated model, leave one out: median {r.heldout.median:.1%}, p90 {r.heldout.p90:.1%}, "
+                 f"worst {r.heldout.worst:.1%}")
+    legend_below(fig, axes)
+    save(fig, path)
     plt.close(fig)
 
 

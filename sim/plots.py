@@ -7,7 +7,9 @@
   text of 7.5-8.5 points: printed at a column's width no text is under `MIN_PRINTED_PT` (7).
   `figure(rows, cols)` stacks up to three panels in one column and lays out more two across,
   keeping the `axes[row, col]` a script asked for; `save` wraps titles and labels to their
-  panel, and warns (`SmallTextWarning`) if the figure still prints text too small.
+  panel, drops the tick labels that would run into their neighbours, and warns if the figure
+  still prints text too small (`SmallTextWarning`) or texts over one another
+  (`OverlappingTextWarning`).
 - Legends sit outside the data (`legend_below`; `legend_right` for a notebook's own figure);
   reference lines (the article's numbers, capacities, bounds) are grey and labelled, so they
   are in the legend.
@@ -56,6 +58,10 @@ def look(series: str | int) -> dict:
 
 class SmallTextWarning(UserWarning):
     """A figure that, printed at a column's width, would show text under MIN_PRINTED_PT."""
+
+
+class OverlappingTextWarning(UserWarning):
+    """A figure whose texts (titles, axis and tick labels, legend entries) overlap one another."""
 
 
 def figure(nrows: int = 1, ncols: int = 1, height: float | None = None):
@@ -114,6 +120,63 @@ def printed_text_pt(fig) -> float:
     return min(sizes, default=MIN_PRINTED_PT) * min(1.0, COLUMN_WIDTH_IN / width)
 
 
+def _tick_labels(axis, which: str) -> list:
+    """The tick labels `axis` draws (shown, not blank, in view), in the order of their ticks."""
+    scale = axis.get_transform().transform  # log axes compared in decades, linear ones as they are
+    lo, hi = sorted(scale(np.asarray(axis.get_view_interval())))
+    i = 0 if axis.axis_name == "x" else 1
+    labels = [t for t in axis.get_ticklabels(which=which) if t.get_visible() and t.get_text().strip()
+              and lo - 1e-9 * (hi - lo) <= scale(t.get_position()[i]) <= hi + 1e-9 * (hi - lo)]
+    return sorted(labels, key=lambda t: t.get_position()[i])
+
+
+def _texts(fig) -> list:
+    """Every text `fig` draws: titles, axis labels, tick labels in view, legend entries, free text."""
+    from matplotlib.text import Text
+
+    texts = [*fig.texts, *(t for lg in fig.legends for t in lg.get_texts())]
+    for ax in fig.axes:
+        texts += [ax.title, *ax.texts]
+        texts += ax.get_legend().get_texts() if ax.get_legend() else []
+        for axis in (ax.xaxis, ax.yaxis):
+            if axis.get_visible():
+                texts += [axis.label, axis.offsetText, *_tick_labels(axis, "both")]
+    return [t for t in dict.fromkeys(texts) if isinstance(t, Text) and t.get_visible() and t.get_text().strip()]
+
+
+def thin_tick_labels(fig) -> None:
+    """Hide the tick labels that would run into another on their axis ("0.250.5" on a half-column
+    log axis, "816 32" of 2-256): the major labels are kept from the first on whenever they clear
+    the ones kept by a quarter of their size across, then the minor ones that clear them all so."""
+    from matplotlib.transforms import Bbox
+
+    renderer = fig.canvas.get_renderer()
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            kept = []
+            for which in ("major", "minor"):
+                for label in _tick_labels(axis, which):
+                    pad = label.get_fontsize() / 4 * fig.dpi / 72
+                    b = label.get_window_extent(renderer)
+                    box = Bbox.from_extents(b.x0 - pad, b.y0, b.x1 + pad, b.y1)  # a line's height spaces it already
+                    if any(box.overlaps(k) for k in kept):
+                        label.set_visible(False)
+                    else:
+                        kept.append(b)
+
+
+def overlapping_texts(fig) -> list[tuple[str, str]]:
+    """The pairs of texts of `fig`, as drawn, whose boxes overlap by more than a pixel each way
+    (texts turned by other than a right angle are left out: their boxes are not their ink)."""
+    import itertools
+
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    boxes = [(t.get_text(), t.get_window_extent(renderer)) for t in _texts(fig) if t.get_rotation() % 90 == 0]
+    return [(a, b) for (a, ba), (b, bb) in itertools.combinations(boxes, 2)
+            if min(ba.x1, bb.x1) - max(ba.x0, bb.x0) > 1 and min(ba.y1, bb.y1) - max(ba.y0, bb.y0) > 1]
+
+
 def check_figure_format(option: str, value: str | None) -> None:
     """A figure's suffix names a format matplotlib writes (no suffix: matplotlib's default, PNG)."""
     if not value or not Path(value).suffix:
@@ -128,11 +191,14 @@ def check_figure_format(option: str, value: str | None) -> None:
 
 
 def save(fig, path: str | Path) -> Path:
-    """Fit `fig` to a column and write it; warn if its text would print under MIN_PRINTED_PT."""
+    """Fit `fig` to a column and write it; warn if its text would print under MIN_PRINTED_PT or
+    if texts overlap."""
     import warnings
 
     fit_to_column(fig)
     fig.tight_layout()
+    fig.canvas.draw()
+    thin_tick_labels(fig)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)
@@ -140,18 +206,25 @@ def save(fig, path: str | Path) -> Path:
     if pt < MIN_PRINTED_PT - 1e-9:
         warnings.warn(f"{path}: printed a column ({COLUMN_WIDTH_IN} in) wide, its smallest text would be "
                       f"{pt:.2f} pt; expected at least {MIN_PRINTED_PT:g}", SmallTextWarning, stacklevel=2)
+    overlaps = overlapping_texts(fig)
+    if overlaps:
+        warnings.warn(f"{path}: texts overlap ({len(overlaps)} pairs), e.g. "
+                      + "; ".join(f"{a!r} and {b!r}" for a, b in overlaps[:3]), OverlappingTextWarning, stacklevel=2)
     return path
 
 
 def plain_log(axis) -> None:
     """Label a log axis (`ax.yaxis`, `ax.xaxis`) in plain numbers, 0.6 and 20, not 6 x 10^-1 and
-    2 x 10^1; minor ticks get labels where matplotlib's log formatter would give them."""
-    from matplotlib.ticker import LogFormatter
+    2 x 10^1, at every power of ten (matplotlib's own pick, every third on a half-column panel,
+    left 0.01 and 10 alone on four decades; `save` drops those that do not fit); minor ticks get
+    labels where matplotlib's log formatter would give them."""
+    from matplotlib.ticker import LogFormatter, LogLocator
 
     class Plain(LogFormatter):
         def _num_to_string(self, x, vmin, vmax):
             return f"{x:g}"
 
+    axis.set_major_locator(LogLocator(numticks=12))
     axis.set_major_formatter(Plain())
     axis.set_minor_formatter(Plain(labelOnlyBase=False, minor_thresholds=(1, 0.5)))
 
@@ -166,6 +239,8 @@ def _percentile_handles():
 def cdf(ax, values: np.ndarray, label: str | None = None, percentiles: bool = True, **kwargs) -> None:
     """The empirical CDF of `values` (NaNs dropped), with its p50 and p99 marked in its colour."""
     v = np.sort(values[~np.isnan(values)])
+    if len(v) and np.ptp(v) <= 1e-9 * np.abs(v).max():
+        v = np.full_like(v, v[0])  # one value up to rounding: not an axis 1e-11 wide, labelled "1e-11+1.14e1"
     if len(v):
         (line,) = ax.plot(v, np.arange(1, len(v) + 1) / len(v), label=label, **{**kwargs, "marker": "none"})
         if percentiles:
@@ -238,6 +313,9 @@ def summary_figure(result, path: str | Path | None = None):
     ax2.plot(ts["time_s"][m], ts["num_running"][m], color="0.35", ls=":", lw=0.9, label="running requests")
     ax2.plot(ts["time_s"][m], ts["num_waiting"][m], color="0.6", ls="-.", lw=0.9, label="waiting requests")
     ax2.set_ylabel("requests")
+    # whole requests, counted from the KV axis' 0: no "2.5 requests", no waiting line floating at 5%
+    ax2.set_ylim(bottom=0)
+    ax2.yaxis.get_major_locator().set_params(integer=True)
     ax2.grid(False)
     ax2.spines["right"].set_visible(True)
     legend_below(fig, fig.axes, percentiles=True)

@@ -15,7 +15,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-pytestmark = pytest.mark.filterwarnings("error::sim.plots.SmallTextWarning")
+pytestmark = [pytest.mark.filterwarnings("error::sim.plots.SmallTextWarning"),
+              pytest.mark.filterwarnings("error::sim.plots.OverlappingTextWarning")]
 EXPERIMENTS = Path(__file__).resolve().parent.parent / "experiments"
 
 
@@ -36,7 +37,7 @@ def run_quick(name: str, out: Path) -> pd.DataFrame:
 def check_figure(path: Path) -> None:
     """A real figure, about a column wide at the style's resolution: printed a column wide, its
     7.5-point tick labels stay at 7 points or more. (`sim.plots.save` checks every text's size
-    too, and this module turns its SmallTextWarning into an error.)"""
+    too, and whether texts overlap: this module turns its warnings into errors.)"""
     from PIL import Image
 
     from sim.plots import COLUMN_WIDTH_IN, MIN_PRINTED_PT, STYLE
@@ -76,6 +77,49 @@ def test_static_vs_paged(tmp_path):
     assert cap[cap.system == "paged"].throughput_req_s.min() > cap[cap.system != "paged"].throughput_req_s.max()
 
 
+def markers_on_the_frame(fig) -> list[str]:
+    """The series whose markers, edge included, reach past their panel's frame, where the axis
+    line cuts them (static's squares at 28% sat on the bottom of a held-memory panel from 24%)."""
+    fig.canvas.draw()
+    out = []
+    for ax in fig.axes:
+        box = ax.get_window_extent()
+        for line in ax.get_lines():
+            if line.get_marker() in ("None", "none", ""):
+                continue
+            r = (line.get_markersize() + line.get_markeredgewidth()) / 2 * fig.dpi / 72
+            y = ax.transData.transform(np.column_stack(line.get_data()))[:, 1]
+            if ((y - r < box.y0) | (y + r > box.y1)).any():
+                out.append(f"{ax.get_title()}: {line.get_label()}")
+    return out
+
+
+def test_static_vs_paged_labels_every_batch_size_of_its_capacity_panel(tmp_path):
+    """The full run's eight sizes (static 8-32, paged 8-256) under bars 0.15 in apart printed "816 32
+    64256"; the bars now run across, each size its own line down the side, none of them dropped.
+    And no marker sits on a panel's frame."""
+    import matplotlib.pyplot as plt
+
+    from sim.plots import save
+
+    exp = load("static_vs_paged")
+    metrics = ("kv_tokens_perc", "kv_usage_perc", "kv_held_holding_tokens", "throughput_req_s", "ttft_s_p50",
+               "ttft_s_p99", "e2e_s_p50", "e2e_s_p99")
+    held = {"paged": 0.97, "static (max_model_len)": 0.28, "static (max_tokens)": 0.8}  # the full run's
+    sweep = pd.DataFrame([{"system": system, "offered_qps": q, **dict.fromkeys(metrics, 0.5),
+                           "kv_held_holding_tokens": held[system] + 0.01 * (q > 1),
+                           "kv_tokens_perc": 0.1 * q if system == "paged" else 0.05}
+                          for system, _, _ in exp.SYSTEMS for q in (0.25, 0.5, 1, 2, 4, 8)])
+    sizes = [("static (max_model_len)", b) for b in (8, 16, 32)] + [("paged", m) for m in (8, 16, 32, 64, 256)]
+    cap = pd.DataFrame([{"system": system, "max_batch_size": b, "throughput_req_s": 1.0} for system, b in sizes])
+    fig = exp.plot(sweep, cap)
+    save(fig, tmp_path / "f.png")
+    panel = fig.axes[5]
+    shown = [t.get_text() for axis in (panel.xaxis, panel.yaxis) for t in axis.get_ticklabels() if t.get_visible()]
+    assert [s for s in shown if s in {"8", "16", "32", "64", "256"}] == [str(b) for _, b in sizes]
+    assert not markers_on_the_frame(fig)
+    plt.close(fig)
+
 def test_batch_latency(tmp_path):
     table = run_quick("batch_latency", tmp_path)
     assert {"system", "max_batch_size", "offered_qps", "ttft_s_p10", "ttft_s_p50", "ttft_s_p90", "tpot_s_p50",
@@ -97,6 +141,11 @@ def test_prefix_sharing(tmp_path):
     assert (by[True][by.index > 0] < by[False][by.index > 0]).all()
     saved = table[table.prefix_caching].set_index("prefix_tokens").kv_saved
     assert saved.is_monotonic_increasing
+    fig = load("prefix_sharing").plot(table)
+    fig.canvas.draw()
+    handles = fig.legends[0].legend_handles  # one entry per look: none two names for the same line
+    looks = {(h.get_color(), str(h._unscaled_dash_pattern), h.get_marker()) for h in handles}
+    assert len(looks) == len(handles)
 
 
 def test_prefix_hit_rate(tmp_path):
@@ -178,6 +227,10 @@ def test_health(tmp_path):
         assert heavy.kv_usage > light.kv_usage and heavy.ttft_s_p99 >= light.ttft_s_p99
         assert heavy.output_tokens_per_s_per_gpu > light.output_tokens_per_s_per_gpu
     assert (table.healthy == (table.kv_ok & table.latency_ok & table.tokens_ok & table.failures_ok)).all()
+    fig = load("health").plot(table)
+    for ax in fig.axes:  # in greyscale a line's dashes are what tell it apart: no two alike in a panel
+        dashes = [str(line._unscaled_dash_pattern) for line in ax.get_lines()]  # get_linestyle() says "--" for all
+        assert len(set(dashes)) == len(dashes)
 
 
 def test_cache_aware_routing(tmp_path, capsys):
@@ -231,6 +284,20 @@ def test_chat_past_saturation_verdict_names_the_seeds_whose_tail_is_worse():
     assert fcfs.outcome == "partly holds" and fcfs.headline.endswith("worse than least_outstanding on seed 2")
     assert lpm.outcome == "holds" and lpm.headline.endswith("no worse than least_outstanding on every seed")
 
+
+def test_chat_past_saturation_series_read_apart_in_greyscale():
+    """Its nine series told the routers apart by colour alone (every marker a circle), and its 85% line
+    was dotted like the queue-eviction series: each series now has its own line style and marker."""
+    import matplotlib.pyplot as plt
+
+    exp = load("chat_past_saturation")
+    rows = [{"seed": seed, "setting": setting, "router": router, "ratio": 0.9, "ttft_s_p99": 1.0}
+            for setting in exp.SETTINGS for seed in (1, 2) for router in exp.ROUTERS]
+    fig = exp.plot(pd.DataFrame(rows))
+    lines = fig.axes[0].get_lines()
+    looks = {(str(ln.get_linestyle()), ln.get_marker()) for ln in lines}
+    assert len(lines) == len(looks) == len(exp.SETTINGS) * len(exp.ROUTERS) + 1  # and the 85% line
+    plt.close(fig)
 
 def test_routing_probes(tmp_path, capsys):
     """One row per probe, a probe of each kind (Mooncake on 2 and on 4 A100s, the 8k-token system prompt, the

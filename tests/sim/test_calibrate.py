@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from sim.calibrate import ErrorStats, calibrate, fit, layer_predictions, load_datasets
-from sim.calibrate_cmd import format_report
+from sim.calibrate_cmd import format_report, plot_heldout
 from sim.calibrated import ELEMENTWISE_OPS, GEMM_OPS, default_calibration
 from sim.models import get_model
 from sim.vidur import find_profile, read_layer_profile
@@ -162,3 +162,19 @@ def test_profiles_of_models_the_catalog_lacks_are_skipped_and_named(tmp_path):
     assert skipped == ["a100/microsoft/phi-2", "tpu/meta-llama/Llama-2-7b-hf"]
     with pytest.raises(FileNotFoundError, match="no <gpu>/<org>/<model>/mlp.csv profiles of a catalog model"):
         load_datasets(tmp_path / "a100" / "microsoft")
+
+
+def test_the_heldout_figure_reads_at_a_column_width(report, tmp_path, monkeypatch):
+    """`python -m sim calibrate --plot` drew its own 5.5-inch figure at 9-10 points: printed a
+    column wide, its text came to 5-6 points. It is now in the project's style (`sim.plots`)."""
+    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
+
+    from sim.plots import MIN_PRINTED_PT, printed_text_pt
+
+    saved = []
+    savefig = Figure.savefig
+    monkeypatch.setattr(Figure, "savefig", lambda fig, *a, **k: (saved.append(fig), savefig(fig, *a, **k))[1])
+    monkeypatch.setattr(plt, "close", lambda fig=None: None)  # keep the figure to measure it
+    plot_heldout(report, tmp_path / "heldout.png")
+    assert saved and printed_text_pt(saved[0]) >= MIN_PRINTED_PT

@@ -57,7 +57,7 @@ def test_the_readmes_search_figure_reads_at_a_column_width(tmp_path):
 
     import pandas as pd
 
-    from sim.plots import SmallTextWarning
+    from sim.plots import OverlappingTextWarning, SmallTextWarning
     from sim.search_report import pareto_figure
 
     price, qps_per_gpu = {"a100-80gb": 5.12, "h100": 12.29}, {"a100-80gb": 4.6, "h100": 10.5}
@@ -66,6 +66,7 @@ def test_the_readmes_search_figure_reads_at_a_column_width(tmp_path):
              "feasible": True} for hw, tp, r in itertools.product(price, (1, 2), (1, 2, 4))]
     with warnings.catch_warnings():
         warnings.simplefilter("error", SmallTextWarning)
+        warnings.simplefilter("error", OverlappingTextWarning)
         pareto_figure(pd.DataFrame(rows), tmp_path / "pareto.png")
 
 
@@ -109,3 +110,75 @@ def test_the_search_figure_names_its_front_without_overlaps(tmp_path):
     legend = (fig.legends or [ax.get_legend()])[0].get_window_extent(renderer)
     assert not legend.overlaps(ax.get_window_extent(renderer))
     assert not [b for b in boxes if b.overlaps(legend)]
+
+
+def test_tick_labels_that_would_run_together_are_thinned(tmp_path):
+    """Batch sizes 2-256 on a half-column log axis printed "816 32", and 0.25-8 req/s "0.250.5"
+    (static_vs_paged, batching_knobs): `save` keeps the first label and each that clears it."""
+    from sim.plots import STYLE, figure, save
+
+    fig, axes = figure(2, 2)
+    for ax, ticks in zip(axes.ravel(), ([2, 4, 8, 16, 32, 256], [0.25, 0.5, 1, 2, 4, 8], [1, 2], [1, 2]), strict=True):
+        ax.plot([ticks[0], ticks[-1]], [0, 1])
+        ax.set_xscale("log")
+        ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
+        ax.minorticks_off()
+    save(fig, tmp_path / "f.png")
+    renderer = fig.canvas.get_renderer()
+    space = STYLE["xtick.labelsize"] / 4 * fig.dpi / 72  # a quarter of their size between two labels
+    for ax in axes.ravel()[:2]:
+        shown = [t for t in ax.get_xticklabels() if t.get_visible()]
+        assert shown[0].get_text() in ("2", "0.25") and len(shown) >= 4
+        boxes = sorted((t.get_window_extent(renderer) for t in shown), key=lambda b: b.x0)
+        assert all(a.x1 + space <= b.x0 for a, b in zip(boxes, boxes[1:]))
+
+
+def test_texts_over_one_another_are_reported(tmp_path):
+    """The size check missed text written over text: `save` warns of it too."""
+    import matplotlib.pyplot as plt
+    import pytest
+
+    from sim.plots import OverlappingTextWarning, save
+
+    fig = plt.figure(figsize=(3.0, 1.0))
+    fig.text(0.3, 0.5, "a label")
+    fig.text(0.35, 0.5, "another")
+    with pytest.warns(OverlappingTextWarning, match="'a label' and 'another'"):
+        save(fig, tmp_path / "f.png")
+    plt.close(fig)
+
+
+def test_equal_latencies_up_to_rounding_get_a_plain_axis(tmp_path):
+    """Requests all alike take the same TPOT, up to 1e-11 ms of rounding: the CDF's axis spanned that
+    and matplotlib labelled it with an offset ("1e-11+1.137973716e1") written over the axis label."""
+    import warnings
+
+    from sim.plots import OverlappingTextWarning
+
+    w = Workload(np.linspace(0, 20, 80), np.full(80, 300), np.full(80, 60))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", OverlappingTextWarning)
+        fig = summary_figure(simulate(w, SimConfig(replicas=4)), tmp_path / "s.png")
+    assert fig.axes[1].xaxis.get_offset_text().get_text() == ""
+
+
+def test_a_log_axis_is_labelled_at_every_decade_that_fits(tmp_path):
+    """Four decades of TTFT on a half-column panel read "0.01" and "10" alone (matplotlib labels
+    every third decade there); nine decades must not count labels outside the view as overlaps."""
+    import warnings
+
+    from sim.plots import OverlappingTextWarning, figure, plain_log, save
+
+    fig, axes = figure(2, 2)
+    for ax, (lo, hi) in zip(axes.ravel(), ((0.01, 30), (1, 1e9), (1, 2), (1, 2)), strict=True):
+        ax.plot([lo, hi], [lo, hi])
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        plain_log(ax.xaxis)
+        plain_log(ax.yaxis)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", OverlappingTextWarning)
+        save(fig, tmp_path / "f.png")
+    lo, hi = axes[0, 0].get_xlim()
+    shown = [t.get_text() for t in axes[0, 0].get_xticklabels() if t.get_visible() and lo <= t.get_position()[0] <= hi]
+    assert shown == ["0.01", "0.1", "1", "10"]
