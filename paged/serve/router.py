@@ -35,6 +35,9 @@ without a byte). Malformed JSON is a 400 and a body over
 `--max-body-bytes` a 413 (the router holds a body whole to route it), both found as the server
 finds them (`paged.serve.protocol`); unknown routes and methods are 404 and 405; every refusal
 has OpenAI's error shape (`paged.serve.errors`); no backend in service, a 503.
+
+Once every backend has been probed, it prints one line (its address, policy and backends, in
+service or not), at any log level but error and critical; requests are never logged one by one.
 """
 from __future__ import annotations
 
