@@ -1,8 +1,9 @@
 """A cost model fitted to measured step times (`python -m paged.engine profile` writes them).
 
 The profile is JSON: {"format": "paged-step-profile/1", "model", "device", "dtype",
-"block_size", "num_threads", "samples": [{"num_prefill_tokens", "prefill_attention_pairs",
-"num_decode_tokens", "decode_context_sum", "num_seqs", "time_s"}, ...]}.
+"block_size", "num_gpu_blocks" (the KV cache profiled; older profiles lack it), "num_threads",
+"samples": [{"num_prefill_tokens", "prefill_attention_pairs", "num_decode_tokens",
+"decode_context_sum", "num_seqs", "time_s"}, ...]}.
 
 The model is a line plus a correction by number of sequences. The line is non-negative least
 squares of the step time on the features plus an intercept, each sample weighted by 1/time so
@@ -173,6 +174,42 @@ def read_profile(path: str | Path) -> dict:
             if not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0 or (key == "time_s" and v <= 0):
                 raise ValueError(f"{path}: samples[{i}].{key}={v!r}: expected a number >= 0 (time_s > 0)")
     return prof
+
+
+def _catalog_name(model: str) -> str:
+    """The simulator's name for a model (a catalog name, a Hugging Face id, a config folder), or the name
+    as given, lower-cased, where the simulator does not know it (a profiled folder absent here)."""
+    from .models import get_model
+
+    try:
+        return get_model(model).name
+    except (ValueError, OSError):
+        return model.lower()
+
+
+def mismatch_warning(path: str | Path, model: str, num_gpu_blocks: int | None, hardware: str) -> str | None:
+    """Why `sim run --cost-model PATH` would not simulate the profiled engine, with the options that would:
+    the profile times steps of its own model, and the KV cache (left to `--hardware`) is sized for
+    another, so a run with the defaults (llama-2-7b on an A100) mixed a CPU's SmolLM2 step times with
+    a GPU's Llama cache and said only the latter. None when both match, or the profile cannot be read
+    (its error comes when the run loads it)."""
+    try:
+        prof = read_profile(path)
+    except ValueError:
+        return None
+    profiled, blocks = prof.get("model"), prof.get("num_gpu_blocks")
+    other_model = isinstance(profiled, str) and _catalog_name(profiled) != _catalog_name(model)
+    if not other_model and num_gpu_blocks is not None:
+        return None
+    of = f" of {profiled}" if isinstance(profiled, str) else ""
+    size = f"{blocks:,} KV blocks" if isinstance(blocks, int) else "its KV cache not recorded"
+    problems = ([f"--model is {model}"] if other_model else []) + (
+        [f"the KV cache is sized from {hardware}'s memory (--hardware)"] if num_gpu_blocks is None else [])
+    options = ([f"--model {_catalog_name(profiled)}"] if other_model else []) + (
+        [f"--num-gpu-blocks {blocks if isinstance(blocks, int) else 'N (the profiled engine printed it)'}"]
+        if num_gpu_blocks is None else [])
+    return (f"step times come from the profile {path}{of} ({size}), but {' and '.join(problems)}; to simulate the "
+            f"profiled engine: {' '.join(options)}")
 
 
 def _fit_model(X: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, dict[int, float], dict[int, float]]:

@@ -16,7 +16,7 @@ from paged.output_paths import check_output_paths
 
 from .engine import LLMEngine
 from .engine_args import add_engine_args, engine_kwargs
-from .engine_config import EngineConfig
+from .engine_config import DEFAULT_CPU_KV_CACHE_BYTES, EngineConfig
 from .profile import ProfileGrid, profile, write_profile
 
 # ProfileGrid's lists: what each one's values are
@@ -28,6 +28,10 @@ GRID = {
     "mixed_batches": "decode requests beside one prefill chunk",
     "mixed_chunks": "prompt tokens of the prefill chunk beside those decodes",
 }
+# Why profile's KV cache is 4x paged serve's: the default grid's decode batches of 64 x 256 and
+# 16 x 1,024 tokens need ~1,100 blocks of SmolLM2-135M; 256 MiB holds 364, and they were skipped.
+PROFILE_KV_WHY = (f"paged serve's is {DEFAULT_CPU_KV_CACHE_BYTES >> 20} MiB: this leaves room for the default grid's "
+                  "larger decode batches (64 x 256, 16 x 1024 tokens), which a smaller cache skips")
 
 
 def _ints(text: str) -> tuple[int, ...]:
@@ -41,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
                                                       "(python -m paged.engine bench --help)")
     prof = commands.add_parser("profile", help="measure step times for the simulator's profiled cost model",
                                formatter_class=HelpFormatter)
-    add_engine_args(prof, kv_cache_memory_bytes=1 << 30)  # room for the decode grid's larger points
+    add_engine_args(prof, kv_cache_memory_bytes=1 << 30, why={"kv_cache_memory_bytes": PROFILE_KV_WHY})
     prof.add_argument("--out", required=True, help="the profile (JSON) to write: python -m sim run --cost-model "
                                                    "reads it, python -m sim fit reports its fit")
     d = ProfileGrid()

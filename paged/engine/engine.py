@@ -80,7 +80,10 @@ class LLMEngine:
         max_tokens = config.max_num_batched_tokens or (
             DEFAULT_MAX_NUM_BATCHED_TOKENS if chunked else max(DEFAULT_MAX_NUM_BATCHED_TOKENS, max_model_len))
         block_bytes = CacheEngine.bytes_per_block(mc, config.block_size, dtype, config.kv_cache_dtype)
-        num_gpu_blocks = config.num_gpu_blocks or self._kv_budget(max_tokens) // block_bytes
+        # The bytes the KV cache was sized from (the CPU budget, given or default; on CUDA what
+        # gpu_memory_utilization leaves), None when num_gpu_blocks sized it: /metrics shows it.
+        self.kv_cache_memory_bytes = None if config.num_gpu_blocks else self._kv_budget(max_tokens)
+        num_gpu_blocks = config.num_gpu_blocks or self.kv_cache_memory_bytes // block_bytes
         if num_gpu_blocks < 1:
             raise ValueError(f"the KV cache budget holds no block of {block_bytes} bytes: raise "
                              f"kv_cache_memory_bytes (CPU) or gpu_memory_utilization (CUDA)")

@@ -53,23 +53,33 @@ _SWITCHES = {
 _CONFIG_DEFAULTS = {f.name: f.default for f in dataclasses.fields(EngineConfig)}
 
 
-def _help(name: str, help_: str, derived: str | None, defaults: dict) -> str:
-    """The help with the default this command runs with: its own, else the config's, else what the
-    engine derives (these options' argparse default is None, so argparse cannot show it)."""
+def _shown(name: str, value) -> str:
+    """A default as the help prints it: bytes in MiB, so that one option's default reads alike in
+    every command (a command's own default was printed as 1073741824, the engine's as 256 MiB)."""
+    return f"{value >> 20} MiB" if name.endswith("_bytes") and value % (1 << 20) == 0 else str(value)
+
+
+def _help(name: str, help_: str, derived: str | None, defaults: dict, why: str | None) -> str:
+    """The help with the default this command runs with: its own (and `why`, where it differs from
+    the engine's), else the config's, else what the engine derives (these options' argparse default is
+    None, so argparse cannot show it)."""
     default = defaults[name] if name in defaults else _CONFIG_DEFAULTS[name]
-    return f"{help_} (default: {derived if default is None else default})"
+    shown = derived if default is None else _shown(name, default)
+    return f"{help_} (default: {shown}{'; ' + why if why else ''})"
 
 
-def add_engine_args(parser: argparse.ArgumentParser, **defaults) -> None:
-    """--model and every engine option; `defaults` replace the config's for this command."""
+def add_engine_args(parser: argparse.ArgumentParser, why: dict[str, str] | None = None, **defaults) -> None:
+    """--model and every engine option; `defaults` replace the config's for this command, and `why`
+    says, by option, why this command's default differs from the engine's."""
+    why = why or {}
     parser.add_argument("--model", required="model" not in defaults, default=defaults.get("model"),
                         help="name or path of the model to use: a Hugging Face folder, a .gguf file, or smollm2-135m")
     for name, (kind, help_, derived) in _OPTIONS.items():
         parser.add_argument(f"--{name.replace('_', '-')}", type=kind, default=defaults.get(name),
-                            help=_help(name, help_, derived, defaults))
+                            help=_help(name, help_, derived, defaults, why.get(name)))
     for name, help_ in _SWITCHES.items():
         parser.add_argument(f"--{name.replace('_', '-')}", action=argparse.BooleanOptionalAction,
-                            default=defaults.get(name), help=_help(name, help_, None, defaults))
+                            default=defaults.get(name), help=_help(name, help_, None, defaults, why.get(name)))
 
 
 def engine_kwargs(args: argparse.Namespace) -> dict:

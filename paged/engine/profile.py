@@ -16,7 +16,7 @@ Features are the SchedulerOutput's aggregates, exactly as the simulator sees the
 num_prefill_tokens, prefill_attention_pairs, num_decode_tokens, decode_context_sum, num_seqs.
 Output format "paged-step-profile/1":
 
-    {"format", "model", "device", "dtype", "block_size", "num_threads",
+    {"format", "model", "device", "dtype", "block_size", "num_gpu_blocks", "num_threads",
      "samples": [{"num_prefill_tokens", "prefill_attention_pairs", "num_decode_tokens",
                   "decode_context_sum", "num_seqs", "time_s"}, ...]}
 """
@@ -290,6 +290,8 @@ def profile(engine: LLMEngine, grid: ProfileGrid | None = None, log=sys.stderr) 
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "dtype": str(engine.dtype).removeprefix("torch."),
         "block_size": engine.scheduler.block_size,
+        # the KV cache profiled: `sim run --cost-model` suggests it (and the model) to simulate this engine
+        "num_gpu_blocks": engine.scheduler.cache_config.num_gpu_blocks,
         "num_threads": torch.get_num_threads(),
         "samples": profiler.samples,
     }

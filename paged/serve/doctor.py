@@ -25,7 +25,8 @@ entry) + used (referenced) = num_blocks, and fragmentation is the share of alloc
 holding no token; `requests`: who holds which blocks; `audit`: every block's reference count
 checked against the live block tables that hold it (`leaked_blocks`: referenced by no live table).
 
-Exit status: 0 when nothing warns, 1 when a check warns, 2 when the server cannot be read.
+Exit status: 0 when nothing warns, 1 when a check warns, 2 when the server cannot be read (or is
+`paged router`, which runs no engine: doctor names its backends, the servers to check).
 """
 from __future__ import annotations
 
@@ -45,6 +46,7 @@ from .backends import KV_USAGE_METRICS, is_server_url
 from .scrape import Scrape, bucket_delta, histogram_quantile
 
 E2E = "vllm:e2e_request_latency_seconds"
+ROUTER_GAUGE = "paged_router_backend_healthy"  # paged router exports it, one sample per backend
 TTFT = "vllm:time_to_first_token_seconds"
 
 
@@ -175,9 +177,27 @@ def run_checks(before: Scrape, after: Scrape, interval_s: float, kv: dict | None
             check_leaks(kv)]
 
 
+class RouterURL(ValueError):
+    """The URL is `paged router`'s, which runs no engine: every check would SKIP (the README's own
+    example, `paged launch --port 8000` then `paged doctor http://127.0.0.1:8000`, printed eight
+    SKIPs and exited 0), so doctor names the backends to point it at instead."""
+
+    def __init__(self, url: str, backends: list[str]) -> None:
+        super().__init__(f"{url} is a paged router, which exports no engine metrics; point doctor at its "
+                         f"backends: {', '.join(f'paged doctor {b}' for b in backends)}")
+
+
+def router_backends(scrape: Scrape) -> list[str] | None:
+    """The backends' URLs if the scrape is `paged router`'s (its own gauge, one sample per backend:
+    `paged.serve.router_metrics`), else None."""
+    samples = scrape.samples.get(ROUTER_GAUGE)
+    return None if samples is None else [s.labels["backend"] for s in samples]
+
+
 def read_server(url: str, interval_s: float, api_key: str | None = None) -> tuple[Scrape, Scrape, float, dict | None]:
     """Two scrapes of /metrics `interval_s` apart (and the time between them), and /debug/kv
-    (None when the server has none); a ValueError when the server refuses `api_key` there."""
+    (None when the server has none); a ValueError when the server refuses `api_key` there, a
+    RouterURL (before the interval) when it is a router."""
     headers = {} if api_key is None else {"Authorization": f"Bearer {api_key}"}
     with httpx.Client(timeout=10.0) as client:
         def scrape() -> Scrape:
@@ -186,6 +206,8 @@ def read_server(url: str, interval_s: float, api_key: str | None = None) -> tupl
             return Scrape(r.text)
 
         t0, before = time.monotonic(), scrape()
+        if (backends := router_backends(before)) is not None:
+            raise RouterURL(url, backends)
         time.sleep(interval_s)
         after, t1 = scrape(), time.monotonic()
         r = client.get(f"{url}/debug/kv", headers=headers)
@@ -221,6 +243,9 @@ def main(argv: list[str] | None = None) -> int:
     url = args.url.rstrip("/")
     try:
         before, after, interval_s, kv = read_server(url, args.interval, args.api_key)
+    except RouterURL as e:
+        print(f"doctor: {e}", file=sys.stderr)
+        return 2
     except (httpx.HTTPError, ValueError) as e:
         print(f"doctor: cannot read {url}: {e}", file=sys.stderr)
         return 2

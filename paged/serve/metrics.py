@@ -66,13 +66,17 @@ def scheduler_snapshot(engine: LLMEngine) -> dict:
 def cache_config_info(engine: LLMEngine) -> dict[str, str]:
     """The labels of `vllm:cache_config_info`, under vLLM's `CacheConfig` names (`cache_dtype` is the
     engine's `kv_cache_dtype`, `num_gpu_blocks_override` its `num_gpu_blocks` as given), plus the
-    `engine` index vLLM adds (one engine a server here)."""
+    `engine` index vLLM adds (one engine a server here). `kv_cache_memory_bytes` is the budget the
+    cache was sized from, default included (the option as given read "None" on every server left at
+    the default), and absent when `num_gpu_blocks` sized it instead."""
     cache, config = engine.scheduler.cache_config, engine.config
     info = {"block_size": cache.block_size, "num_gpu_blocks": cache.num_gpu_blocks,
             "num_cpu_blocks": cache.num_cpu_blocks, "enable_prefix_caching": cache.enable_prefix_caching,
             "cache_dtype": config.kv_cache_dtype, "gpu_memory_utilization": config.gpu_memory_utilization,
-            "kv_cache_memory_bytes": config.kv_cache_memory_bytes, "swap_space": config.swap_space,
+            "kv_cache_memory_bytes": engine.kv_cache_memory_bytes, "swap_space": config.swap_space,
             "num_gpu_blocks_override": config.num_gpu_blocks, "engine": 0}
+    if info["kv_cache_memory_bytes"] is None:
+        del info["kv_cache_memory_bytes"]
     return {name: str(value) for name, value in info.items()}
 
 

@@ -5,7 +5,8 @@ Fields keep OpenAI's names, plus vLLM's extensions (`top_k`, `min_tokens`, `igno
 Every bad field is an `APIError` 400 naming it; the values themselves are checked where every
 request enters the engine (`SamplingParams.validate`), so the HTTP layer adds no second set of
 rules. Fields the engine cannot honour are refused unless they hold their neutral value, rather
-than silently ignored; other unknown fields are ignored, as vLLM does.
+than silently ignored; other unknown fields are ignored, as vLLM does, with a log warning naming
+them, as vLLM logs it (a misspelt `temprature` otherwise gave a normal completion and no sign).
 
 Context length, as vLLM's server: a prompt must leave room for at least one output token, and
 a `max_tokens` (or `max_completion_tokens`) that would take the sequence past max_model_len is
@@ -25,7 +26,7 @@ from fastapi import Request
 from paged import SamplingParams
 from paged.core.validation import is_int
 
-from .errors import APIError
+from .errors import APIError, log
 
 # OpenAI/vLLM name -> SamplingParams field, where they differ
 _RENAMED = {"max_completion_tokens": "max_tokens"}
@@ -36,6 +37,11 @@ _NEUTRAL = {"logprobs": (None, False, 0), "top_logprobs": (None, 0), "presence_p
             "frequency_penalty": (None, 0), "repetition_penalty": (None, 1), "echo": (None, False),
             "suffix": (None, ""), "logit_bias": (None, {}), "tools": (None, []), "tool_choice": (None, "none"),
             "response_format": (None, {"type": "text"})}
+
+# The fields each route reads (or accepts at their neutral values); OpenAI's `user` is read by no server.
+_COMMON = {"model", "stream", "stream_options", "return_token_ids", "user", *_SAMPLING, *_RENAMED, *_NEUTRAL}
+_COMPLETION_FIELDS = frozenset({*_COMMON, "prompt"})
+_CHAT_FIELDS = frozenset({*_COMMON, "messages", "chat_template_kwargs", "add_generation_prompt"})
 
 # Template variables the server sets itself.
 _RESERVED = {"messages", "add_generation_prompt", "chat_template", "bos_token", "eos_token"}
@@ -173,8 +179,15 @@ def check_model(body: dict, served: list[str]) -> str:
     return model
 
 
+def warn_ignored(body: dict, known: frozenset[str]) -> None:
+    """A log warning naming the body's fields that no code reads, in vLLM's words; the request goes on."""
+    if ignored := sorted(set(body) - known):
+        log.warning("The following fields were present in the request but ignored: %s", ignored)
+
+
 def completion_request(body: dict, served: list[str]) -> GenerateRequest:
     model = check_model(body, served)
+    warn_ignored(body, _COMPLETION_FIELDS)
     params, asked = _sampling_params(body, default_max_tokens=16)
     return GenerateRequest(model, _prompts(body.get("prompt")), params, *_stream_options(body),
                            _flag(body, "return_token_ids"), asked, 16)
@@ -184,6 +197,7 @@ def chat_request(body: dict, served: list[str], max_model_len: int) -> tuple[Gen
     """The request (prompts still empty: rendering needs the engine's template) and the keyword
     arguments of `LLMEngine.chat_prompt`: messages, template variables, add_generation_prompt."""
     model = check_model(body, served)
+    warn_ignored(body, _CHAT_FIELDS)
     if "messages" not in body:
         raise APIError(400, "missing 'messages': expected a list of {role, content} objects", "messages")
     kwargs = body.get("chat_template_kwargs") or {}

@@ -35,6 +35,9 @@ without a byte). Malformed JSON is a 400 and a body over
 `--max-body-bytes` a 413 (the router holds a body whole to route it), both found as the server
 finds them (`paged.serve.protocol`); unknown routes and methods are 404 and 405; every refusal
 has OpenAI's error shape (`paged.serve.errors`); no backend in service, a 503.
+
+Once every backend has been probed, it prints one line (its address, policy and backends, in
+service or not), at any log level but error and critical; requests are never logged one by one.
 """
 from __future__ import annotations
 
@@ -43,6 +46,7 @@ import asyncio
 import json
 import math
 import os
+import sys
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
@@ -70,6 +74,7 @@ from .server_process import check_listen_address
 FORWARDED_HEADERS = ("authorization", "content-type")
 SECONDS_OPTIONS = ("health_interval_s", "health_timeout_s", "connect_timeout_s", "read_timeout_s",
                    "kv_events_interval_s")
+QUIET_LOG_LEVELS = ("error", "critical")  # no startup line
 
 
 @dataclass(slots=True)
@@ -263,13 +268,24 @@ def _describe(e: Exception) -> str:
     return f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
 
 
-def create_app(config: RouterConfig) -> FastAPI:
+def startup_line(listen: str, config: RouterConfig, backends: list[Backend]) -> str:
+    """What the router prints once its first probes are done (as vLLM's and SGLang's routers log
+    their start): at its quiet default log level it printed nothing, so a terminal, or `paged launch`'s
+    router.log, showed no sign of a router, nor of its backends."""
+    named = ", ".join(f"{b.url} ({'in service' if b.healthy else 'out of service'})" for b in backends)
+    return f"INFO:     paged router on {listen}: policy {config.policy}, backends {named}"
+
+
+def create_app(config: RouterConfig, listen: str | None = None) -> FastAPI:
+    """`listen`: the address the router is served on, printed at startup (None: print nothing)."""
     fwd = Forwarder(config)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         # A first probe of every backend before serving: a router starts with its backends known.
         await asyncio.gather(*(probe(b, config.health_timeout_s) for b in fwd.backends))
+        if listen is not None:
+            print(startup_line(listen, config, fwd.backends), file=sys.stderr, flush=True)
         tasks = [asyncio.create_task(watch(b, config.health_interval_s, config.health_timeout_s,
                                            config.abort_after_failed_probes)) for b in fwd.backends]
         tasks += [asyncio.create_task(follow(s, config.kv_events_interval_s, config.health_timeout_s))
@@ -402,7 +418,9 @@ def main(argv: list[str] | None = None) -> int:
                               args.abort_after_failed_probes, args.kv_events_interval_s, args.api_key, args.tokenizer,
                               chat_template, args.max_num_seqs, args.max_body_bytes, args.num_gpu_blocks,
                               args.cache_threshold)
-        app = create_app(config)
+        host = f"[{args.host}]" if ":" in args.host else args.host  # IPv6, as in a URL
+        listen = None if args.log_level.lower() in QUIET_LOG_LEVELS else f"http://{host}:{args.port}"
+        app = create_app(config, listen)
     except (ValueError, OSError) as e:
         parser.error(str(e))
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False)

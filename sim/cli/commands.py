@@ -27,10 +27,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     workload = workload_for_run(args, config)
     profile_file = (isinstance(config.cost_model, str) and config.cost_model != "roofline"
                     and not is_gpu_cost_model(config.cost_model))
-    if profile_file and config.num_gpu_blocks is None and Path(config.cost_model).is_file():  # else: its error alone
-        print(f"warning: step times come from the profile {config.cost_model}, but the KV cache is sized from "
-              f"{config.hardware}'s memory (--hardware); give the profiled engine's --num-gpu-blocks to simulate it",
-              file=sys.stderr)
+    if profile_file and Path(config.cost_model).is_file():  # else: its error alone
+        from ..profiled import mismatch_warning
+
+        if note := mismatch_warning(config.cost_model, config.model, config.num_gpu_blocks, config.hardware):
+            print(f"warning: {note}", file=sys.stderr)
     if args.progress_bar and len(workload) >= 20_000:
         config.progress = True
     # One run, then the process exits: what start-up built (modules, the workload) lives until then.

@@ -18,6 +18,9 @@ def test_profile_writes_the_simulator_format(tiny_llama, tmp_path):
     assert profile["format"] == FORMAT
     assert (profile["device"], profile["dtype"], profile["block_size"]) == ("cpu", "float32", 16)
     assert profile["model"] == str(tiny_llama[0]) and profile["num_threads"] >= 1
+    # the KV cache profiled, which `sim run --cost-model` names beside the model
+    engine = LLM(str(tiny_llama[0]), kv_cache_memory_bytes=4 << 20)
+    assert profile["num_gpu_blocks"] == engine.scheduler.cache_config.num_gpu_blocks
     samples = profile["samples"]
     assert len(samples) == 4 + 6 + 2  # batches of one once; larger ones at contexts spread two ways
     assert all(set(s) == {*FEATURES, "time_s"} and s["time_s"] > 0 for s in samples)
@@ -71,3 +74,14 @@ def test_every_option_has_help(monkeypatch, capsys, command):
         main([command, "--help"])
     sub = next(a for a in parsers[0]._actions if isinstance(a, argparse._SubParsersAction)).choices[command]
     assert not [a.option_strings for a in sub._actions if not a.help]
+
+
+@pytest.mark.parametrize("command", ["generate", "profile"])
+def test_the_kv_cache_default_reads_in_mib(capsys, command):
+    """`generate --help` printed 256 MiB and `profile --help` 1073741824 for the same option; profile's
+    also says why it is larger than paged serve's."""
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "1073741824" not in text
+    assert ("(default: 1024 MiB; paged serve's is 256 MiB" if command == "profile" else "(default: 256 MiB)") in text

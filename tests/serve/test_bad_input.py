@@ -213,3 +213,25 @@ def test_a_client_that_leaves_while_sending_its_body_is_no_server_error(server):
     assert server.post("/v1/completions", json={"prompt": "ok", "max_tokens": 1}).status_code == 200
     assert metric(server.get("/metrics").text, "paged:request_errors_total", status="500") is None
     assert "ClientDisconnect" not in server.log.read_text()
+
+
+def test_a_misspelt_field_is_answered_and_named_in_the_log(server):
+    """`"temprature": 0.5` gave a normal completion and no sign that the field was ignored; vLLM
+    answers too, and logs a warning naming the ignored fields. Fields the server reads draw none."""
+    from .conftest import wait_until
+
+    warning = "The following fields were present in the request but ignored: "
+    start = len(server.log.read_text())  # the server (and its log) serve the package's other tests too
+
+    def warned() -> list[str]:
+        return [x for x in server.log.read_text()[start:].splitlines() if warning in x]
+
+    assert server.post("/v1/completions", json={"prompt": "ok", "max_tokens": 1, "temperature": 0.5, "user": "u",
+                                                "max_completion_tokens": 1}).status_code == 200
+    assert server.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1,
+                                                     "chat_template_kwargs": {}, "stream": False}).status_code == 200
+    assert server.post("/v1/completions", json={"prompt": "ok", "max_tokens": 1, "temprature": 0.5}).status_code == 200
+    assert server.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1,
+                                                     "top_kk": 3, "prompt": "x"}).status_code == 200
+    wait_until(lambda: len(warned()) >= 2, "the server logs two warnings")
+    assert warned() == [f"{warning}['temprature']", f"{warning}['prompt', 'top_kk']"]

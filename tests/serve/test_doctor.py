@@ -79,6 +79,17 @@ def test_an_unreachable_server_is_exit_status_2(capsys):
     assert "cannot read" in capsys.readouterr().err
 
 
+def test_a_router_is_named_with_the_backends_to_check_instead(cluster, capsys):
+    """The README's `paged launch --port 8000` then `paged doctor http://127.0.0.1:8000` printed eight
+    SKIPs (a router exports no vllm: metrics) and exited 0, with no word of why."""
+    started, router = cluster(["b0", "b1"], "round_robin")
+    assert main([router, "--interval", "0"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.splitlines() == [
+        f"doctor: {router} is a paged router, which exports no engine metrics; point doctor at its backends: "
+        + ", ".join(f"paged doctor {url}" for url, _ in started)]
+
+
 def test_a_url_without_its_scheme_is_named(capsys):
     """127.0.0.1:8000 got httpx's "Request URL is missing an 'http://' or 'https://' protocol"."""
     with pytest.raises(SystemExit) as e:

@@ -69,6 +69,19 @@ def test_the_cache_config_is_exported_as_vllm_exports_it(engine):
         "num_gpu_blocks_override": "None", "kv_cache_memory_bytes": str(4 << 20), "engine": "0"}
 
 
+def test_the_kv_budget_label_is_the_one_the_cache_was_sized_from(tiny_chat_model):
+    """Left at its default, kv_cache_memory_bytes read "None" in `vllm:cache_config_info` although the
+    cache had 256 MiB; it is the default's value, and absent where num_gpu_blocks sized the cache."""
+    from paged.engine.engine_config import DEFAULT_CPU_KV_CACHE_BYTES
+
+    engines = {"default": {}, "blocks": {"num_gpu_blocks": 8}}
+    labels = {name: cache_config_info(LLMEngine(EngineConfig(model=str(tiny_chat_model), max_model_len=128,
+                                                              threads=1, **given)))
+              for name, given in engines.items()}
+    assert labels["default"]["kv_cache_memory_bytes"] == str(DEFAULT_CPU_KV_CACHE_BYTES)
+    assert "kv_cache_memory_bytes" not in labels["blocks"] and labels["blocks"]["num_gpu_blocks"] == "8"
+
+
 def test_the_server_binds_to_loopback_by_default():
     args = parse_args(["--model", "m"])
     assert (args.host, args.port, args.api_key, args.max_waiting) == ("127.0.0.1", 8000, None, None)

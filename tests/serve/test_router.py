@@ -134,6 +134,22 @@ def test_bad_json_is_a_400_and_no_backend_a_503(shared):
     assert r.status_code == 503 and r.json()["error"]["code"] == "no_backend"
 
 
+def test_the_router_says_where_it_listens_and_logs_no_requests(shared):
+    """At its default log level the router printed nothing at all (a terminal looked hung, `paged
+    launch`'s router.log stayed empty): one line once it is ready, with its address, policy and
+    backends, and still no line per request. The router without a backend names its only one out of service."""
+    url = shared["round_robin"]
+    assert complete(url).status_code == 200
+    port = url.rsplit(":", 1)[1]
+    lines = (shared["logs"] / f"router-round_robin-{port}.log").read_text().splitlines()
+    backends = ", ".join(f"{b} (in service)" for b in shared["backends"])
+    assert lines == [f"INFO:     paged router on http://127.0.0.1:{port}: policy round_robin, backends {backends}"]
+    nowhere = shared["nowhere"]
+    text = (shared["logs"] / f"router-least_outstanding-{nowhere.rsplit(':', 1)[1]}.log").read_text()
+    assert text.startswith(f"INFO:     paged router on {nowhere}: policy least_outstanding, backends http")
+    assert text.endswith("(out of service)\n")
+
+
 def test_probes_may_send_head(shared):
     """HEAD /health and /v1/models (load balancers' probes, `curl -I`) were 405: now GET's status
     and headers without the body, also when no backend is in service."""

@@ -1,6 +1,7 @@
 """What a newcomer reads: every option has help and shows its default, every summary key is
 explained in docs/summary_keys.md, and the printed summary says what is easily misread."""
 import argparse
+import json
 import re
 from pathlib import Path
 
@@ -65,8 +66,31 @@ def test_a_profiled_cost_model_on_an_unmatched_gpu_is_warned_of(tmp_path, azure_
     argv = ["run", "--trace", str(azure_conv), "--num-requests", "10", "--cost-model", str(profile)]
     assert main(argv) == 0
     assert "warning: step times come from the profile" in capsys.readouterr().err
-    assert main([*argv, "--num-gpu-blocks", "500"]) == 0
+    assert main([*argv, "--num-gpu-blocks", "500", "--model", "HuggingFaceTB/SmolLM2-135M"]) == 0
     assert "warning" not in capsys.readouterr().err
+
+
+def test_a_profile_of_another_model_is_warned_of_with_the_options_to_match_it(tmp_path, azure_conv, capsys):
+    """The warning named the KV sizing only: a SmolLM2 profile run with --model left at llama-2-7b went
+    unremarked. It names the profile's model and cache (when recorded: older profiles lack the size,
+    and still load) and the options that simulate the profiled engine."""
+    from .test_cost_model import write_profile
+
+    old = tmp_path / "old.json"
+    write_profile(old, (1e-3, 1e-6, 0.0, 1e-5, 0.0, 1e-5))
+    new = tmp_path / "new.json"
+    new.write_text(json.dumps({**json.loads(old.read_text()), "num_gpu_blocks": 1456}))
+    argv = ["run", "--trace", str(azure_conv), "--num-requests", "10"]
+    assert main([*argv, "--cost-model", str(new)]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"profile {new} of smollm2-135m (1,456 KV blocks), but --model is llama-2-7b and the KV cache" in err
+    assert "to simulate the profiled engine: --model smollm2-135m --num-gpu-blocks 1456" in err
+    assert main([*argv, "--cost-model", str(old), "--num-gpu-blocks", "500"]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert "of smollm2-135m (its KV cache not recorded), but --model is llama-2-7b;" in err
+    assert err.endswith("to simulate the profiled engine: --model smollm2-135m")
+    assert main([*argv, "--cost-model", str(old), "--model", "smollm2-135m"]) == 0
+    assert "--num-gpu-blocks N (the profiled engine printed it)" in capsys.readouterr().err
 
 
 def test_gpu_cost_models_size_the_kv_cache_without_a_warning(azure_conv, capsys):
