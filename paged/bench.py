@@ -16,7 +16,7 @@ import time
 
 from . import CacheConfig, Request, SamplingParams, SchedulerConfig
 from .core.scheduler import Scheduler
-from .help_formatter import RawDescriptionHelpFormatter
+from .help_formatter import ArgumentParser, RawDescriptionHelpFormatter
 
 PROMPT = 512
 BLOCK = 16
@@ -51,7 +51,7 @@ def time_steps(s: Scheduler, steps: int, real_tokens: bool) -> float:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="paged bench scheduler", description=__doc__,
+    ap = ArgumentParser(prog="paged bench scheduler", description=__doc__,
                                  formatter_class=RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", type=int, nargs="+", default=[64, 256, 1024],
                     help="numbers of running requests (max_num_seqs) to time a step at, one line each "

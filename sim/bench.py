@@ -25,7 +25,7 @@ import subprocess
 import sys
 import time
 
-from paged.help_formatter import HelpFormatter
+from paged.help_formatter import ArgumentParser, HelpFormatter
 from paged.workloads.traces import AZURE_CONV
 
 from .sim_config import SimConfig
@@ -81,7 +81,7 @@ def speed_up(pairs) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m sim bench", description=__doc__.split("\n\n")[0],
+    p = ArgumentParser(prog="python -m sim bench", description=__doc__.split("\n\n")[0],
                                 formatter_class=HelpFormatter)
     p.add_argument("--quick", action="store_true", help="2,000 Azure and 10k / 30k synthetic requests (under a "
                                                         "minute) instead of the whole trace and 100k-1M (minutes)")

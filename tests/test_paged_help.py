@@ -36,7 +36,7 @@ def _parsers(parser: argparse.ArgumentParser):
                     yield from _parsers(sub)
 
 
-@pytest.mark.parametrize("command, module", [
+COMMANDS = [
     ("paged serve", "paged.serve.server"),
     ("paged router", "paged.serve.router"),
     ("paged launch", "paged.serve.launch"),
@@ -51,7 +51,10 @@ def _parsers(parser: argparse.ArgumentParser):
     ("python -m paged.serve.bench_http", "paged.serve.bench_http"),
     ("python -m sim", "sim.cli.options"),
     ("python -m sim bench", "sim.bench"),
-])
+]
+
+
+@pytest.mark.parametrize("command, module", COMMANDS)
 def test_every_option_has_help_and_shows_its_default(monkeypatch, command, module):
     """A newcomer's first `--help` explains every option (half of `paged serve`'s had no word),
     with its default as argparse shows one, and never shows an API key taken from the environment."""
@@ -79,3 +82,19 @@ def test_every_option_has_help_and_shows_its_default(monkeypatch, command, modul
         assert not re.search(r"\(default[^)]*\) \(default", text), f"{parser.prog}: a default shown twice"
     if command == "paged serve":  # the engine's options show the config's defaults, which argparse does not know
         assert "in number of tokens, a power of two (default: 16)" in re.sub(r"\s+", " ", top.format_help())
+
+
+@pytest.mark.parametrize("command, module", COMMANDS)
+def test_a_usage_error_is_two_lines_not_every_option(capsys, command, module):
+    """A misspelt option printed argparse's whole usage above the error (44 lines for `python -m sim
+    run`), which buried the one line saying what was wrong: now the short usage and the error, in
+    every parser and subcommand parser, exit status 2."""
+    built = importlib.import_module(module).build_parser()
+    for parser in _parsers(built[0] if isinstance(built, tuple) else built):
+        with pytest.raises(SystemExit) as e:
+            parser.parse_args(["--no-such-option"])
+        assert e.value.code == 2
+        lines = capsys.readouterr().err.splitlines()
+        assert len(lines) == 2, f"{parser.prog}: {len(lines)} lines"
+        assert lines[0].startswith(f"usage: {parser.prog} [options]") and f"{parser.prog} --help" in lines[0]
+        assert lines[1].startswith(f"{parser.prog}: error: ")  # the option, or a required one missing

@@ -11,7 +11,7 @@ import sys
 import time
 
 from paged import SamplingParams
-from paged.help_formatter import HelpFormatter
+from paged.help_formatter import ArgumentParser, HelpFormatter
 from paged.output_paths import check_output_paths
 
 from .engine import LLMEngine
@@ -39,7 +39,7 @@ def _ints(text: str) -> tuple[int, ...]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m paged.engine")
+    parser = ArgumentParser(prog="python -m paged.engine")
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("bench", add_help=False, help="output tokens/s against transformers' generate() "
                                                       "(python -m paged.engine bench --help)")

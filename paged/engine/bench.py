@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 
 from paged import SamplingParams
-from paged.help_formatter import RawDescriptionHelpFormatter
+from paged.help_formatter import ArgumentParser, RawDescriptionHelpFormatter
 from paged.workloads.traces import AZURE_CONV, read_trace
 
 from .llm import LLM
@@ -93,7 +93,7 @@ def run_hf_static(model, requests, batch_size: int, pad_id: int) -> float:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="paged bench engine", description=__doc__,
+    ap = ArgumentParser(prog="paged bench engine", description=__doc__,
                                  formatter_class=RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="smollm2-135m", help="a Llama-architecture GGUF, or smollm2-135m")
     ap.add_argument("--trace", type=Path, default=AZURE_CONV,

@@ -28,7 +28,7 @@ import statistics
 import sys
 
 from paged import SamplingParams
-from paged.help_formatter import HelpFormatter
+from paged.help_formatter import ArgumentParser, HelpFormatter
 
 from .cache_engine import KV_CACHE_DTYPES
 from .llm import LLM
@@ -89,7 +89,7 @@ def measure(model: str, dtypes: tuple[str, ...], num_prompts: int, max_tokens: i
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m paged.engine.kv_accuracy", description=__doc__.split("\n")[0],
+    parser = ArgumentParser(prog="python -m paged.engine.kv_accuracy", description=__doc__.split("\n")[0],
                                      formatter_class=HelpFormatter)
     parser.add_argument("--model", default="smollm2-135m", help="name or path of the model to use")
     parser.add_argument("--dtypes", default=",".join(KV_CACHE_DTYPES), help="comma-separated kv_cache_dtypes")

@@ -38,7 +38,7 @@ import lz4
 import torch
 
 from paged import SamplingParams
-from paged.help_formatter import HelpFormatter
+from paged.help_formatter import ArgumentParser, HelpFormatter
 from paged.output_paths import check_output_paths
 
 from .kv_accuracy import prompts
@@ -101,7 +101,7 @@ def measure(model: str, dtypes: tuple[str, ...], num_prompts: int, max_tokens: i
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m paged.engine.swap_profile", description=__doc__.split("\n")[0],
+    parser = ArgumentParser(prog="python -m paged.engine.swap_profile", description=__doc__.split("\n")[0],
                                      formatter_class=HelpFormatter)
     parser.add_argument("--model", default="smollm2-135m", help="name or path of the model to use")
     parser.add_argument("--dtypes", default=",".join(DTYPES), help="comma-separated kv_cache_dtypes")

@@ -22,7 +22,7 @@ from paged import SamplingParams
 from paged.engine import AsyncLLM
 from paged.engine.bench import load_requests
 from paged.engine.engine_args import add_engine_args, engine_kwargs
-from paged.help_formatter import RawDescriptionHelpFormatter
+from paged.help_formatter import ArgumentParser, RawDescriptionHelpFormatter
 from paged.workloads.traces import AZURE_CONV
 
 from .server_process import launched_server
@@ -60,7 +60,7 @@ async def run_http(url: str, model: str, requests: list[tuple[list[int], int]]) 
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m paged.serve.bench_http", description=__doc__,
+    ap = ArgumentParser(prog="python -m paged.serve.bench_http", description=__doc__,
                                  formatter_class=RawDescriptionHelpFormatter)
     # The engine benchmark's settings: prefix caching off (every round repeats the prompts), one thread.
     add_engine_args(ap, model="smollm2-135m", max_num_seqs=64, max_num_batched_tokens=512,

@@ -32,7 +32,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from paged.help_formatter import HelpFormatter
+from paged.help_formatter import ArgumentParser, HelpFormatter
 from paged.workloads.workload import shared_prefix_workload
 
 from .bench_serve import summarize
@@ -84,7 +84,7 @@ def send_lateness(url: str, model: str, rate: float, duration_s: float, output_t
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m paged.serve.bench_router", description=__doc__.split("\n\n")[0],
+    p = ArgumentParser(prog="python -m paged.serve.bench_router", description=__doc__.split("\n\n")[0],
                                 formatter_class=HelpFormatter)
     p.add_argument("--backend", default=None, help="an OpenAI-compatible server (default: start the fake one)")
     p.add_argument("--model", default="fake-model", help="the model name sent in the requests")

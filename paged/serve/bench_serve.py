@@ -38,7 +38,7 @@ import httpx
 import numpy as np
 
 from paged.core.validation import is_power_of_two
-from paged.help_formatter import RawDescriptionHelpFormatter
+from paged.help_formatter import ArgumentParser, RawDescriptionHelpFormatter
 from paged.metrics_summary import format_summary, goodput, jsonable, stats_of, tpot
 from paged.output_paths import check_output_paths, written
 from paged.workloads.options import add_workload_options, positive, workload_from_args
@@ -94,7 +94,7 @@ def requests_frame(workload: Workload, rec: Records):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="paged bench serve", description=__doc__.split("\n\n")[0],
+    p = ArgumentParser(prog="paged bench serve", description=__doc__.split("\n\n")[0],
                                 formatter_class=RawDescriptionHelpFormatter,
                                 epilog=__doc__.split("\n\n", 1)[1])
     p.add_argument("--url", required=True, help="the server (or router), e.g. http://127.0.0.1:8000")

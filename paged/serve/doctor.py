@@ -40,7 +40,7 @@ from dataclasses import asdict, dataclass
 import httpx
 
 from paged import health
-from paged.help_formatter import HelpFormatter
+from paged.help_formatter import ArgumentParser, HelpFormatter
 
 from .backends import KV_USAGE_METRICS, is_server_url
 from .scrape import Scrape, bucket_delta, histogram_quantile
@@ -218,7 +218,7 @@ def read_server(url: str, interval_s: float, api_key: str | None = None) -> tupl
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="paged doctor", description=__doc__.split("\n\n")[0],
+    p = ArgumentParser(prog="paged doctor", description=__doc__.split("\n\n")[0],
                                 formatter_class=HelpFormatter)
     p.add_argument("url", help="the server, e.g. http://127.0.0.1:8000")
     p.add_argument("--interval", type=float, default=5.0,

@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 from paged.core.routing import DEFAULT_CACHE_THRESHOLD, ROUTERS
-from paged.help_formatter import HelpFormatter
+from paged.help_formatter import ArgumentParser, HelpFormatter
 
 from .server_process import check_listen_address, free_port, wait_healthy
 
@@ -116,7 +116,7 @@ def _server_option(server_options: list[str], flag: str) -> str | None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="paged launch", description=__doc__.split("\n\n")[0],
+    p = ArgumentParser(prog="paged launch", description=__doc__.split("\n\n")[0],
                                 epilog="Any other option is passed to every replica's server.",
                                 formatter_class=HelpFormatter)
     p.add_argument("--model", required=True, help="name or path of the model every replica serves (as paged "

@@ -58,7 +58,7 @@ from httpx_sse import EventSource
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from paged.core.routing import DEFAULT_CACHE_THRESHOLD, DEFAULT_MAX_NUM_SEQS, ROUTERS, make_router
-from paged.help_formatter import HelpFormatter
+from paged.help_formatter import ArgumentParser, HelpFormatter
 
 from .backends import Backend, is_server_url, probe, watch
 from .disconnect import cancel_on_disconnect
@@ -338,7 +338,7 @@ def create_app(config: RouterConfig, listen: str | None = None) -> FastAPI:
 
 def build_parser() -> argparse.ArgumentParser:
     d = RouterConfig([])
-    p = argparse.ArgumentParser(prog="paged router", description=__doc__.split("\n\n")[0],
+    p = ArgumentParser(prog="paged router", description=__doc__.split("\n\n")[0],
                                 formatter_class=HelpFormatter)
     p.add_argument("--backend", action="append", required=True, metavar="URL",
                    help="an OpenAI-compatible server (repeat for each)")

@@ -17,7 +17,7 @@ import warnings
 
 from paged.engine.engine import KVCacheTooSmall, LLMEngine
 from paged.engine.engine_args import add_engine_args, engine_kwargs
-from paged.help_formatter import HelpFormatter
+from paged.help_formatter import ArgumentParser, HelpFormatter
 
 from .kv_events import DEFAULT_CAPACITY
 from .router_tokens import read_chat_template
@@ -27,7 +27,7 @@ LARGER_CACHE = "--kv-cache-memory-bytes on CPU, --gpu-memory-utilization on CUDA
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="paged serve", description=__doc__.split("\n\n")[0],
+    p = ArgumentParser(prog="paged serve", description=__doc__.split("\n\n")[0],
                                 formatter_class=HelpFormatter)
     add_engine_args(p)
     p.add_argument("--host", default="127.0.0.1", help="host name to listen on (0.0.0.0: every interface)")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 
 from paged.core.config import EVICTIONS
-from paged.help_formatter import HelpFormatter
+from paged.help_formatter import ArgumentParser, HelpFormatter
 from paged.workloads.options import add_workload_options, numbers, positive
 from paged.workloads.traces import REPO
 
@@ -135,7 +135,7 @@ def add_output_options(p: argparse.ArgumentParser) -> None:
 
 def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     """The parser, and its `run` subparser (whose defaults a --config file replaces)."""
-    parser = argparse.ArgumentParser(prog="python -m sim", description="Simulate paged-KV serving.",
+    parser = ArgumentParser(prog="python -m sim", description="Simulate paged-KV serving.",
                                      epilog="The summary's keys are explained in docs/summary_keys.md.")
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="simulate a trace",
