@@ -15,6 +15,11 @@ Probes (Llama-3.1-8B, block size 16, FCFS; the yardstick and `run` are `cache_aw
 - Agentic bursts on 8 H200s of 2,048 blocks: 20 bursts, at exponential gaps of mean 20 s from 0, of
   16 `AGENTIC` conversations that start together and share a 2,048-token prefix of their own.
 Both conversation probes run seeds 11, 21, 31, 41 and 51.
+- Long conversations as Mooncake's traces name them (`LONG_CONVERSATIONS`: 1,000 conversations of 12
+  turns on average, prompts of 9.3k tokens on average, 350-token answers; ids per 512 tokens, as
+  Mooncake's hash ids), seed 11, on 8 H200s with the KV cache the memory leaves (57,314 blocks) and
+  with 6,000 blocks, where the working set overflows: the kind of trace on which issue 11 saw
+  prefix_aware reach 47% of the yardstick.
 """
 from __future__ import annotations
 
@@ -30,7 +35,7 @@ from cache_aware_routing import AGENTIC, run
 from common import MOONCAKE, Verdict, outcome, parse_args, percent, report, write_csv
 
 from paged.output_paths import check_output_paths
-from paged.workloads.conversations import conversation_workload
+from paged.workloads.conversations import ConversationShape, conversation_workload
 from paged.workloads.prefix_reuse import pooled_lru_hit_rate
 from paged.workloads.workload import packed_ids
 from sim import SimConfig, Workload, get_hardware, get_model, load_workload, plan_kv_cache
@@ -46,6 +51,11 @@ QUICK_START, QUICK_WINDOW = 1200, 100  # --quick: one window, where a pooled cac
 RATES = {2: (2.5, 3.0, 3.5), 4: (5.0, 6.0, 7.0)}  # replicas -> multiples of the trace's rate
 SEEDS = (11, 21, 31, 41, 51)
 H200_BLOCKS = 2048  # per replica: the conversations' working set overflows the caches
+LONG_CONVERSATIONS = ConversationShape(num_conversations=1000, rate=0.3, mean_turns=12, think_time_s=60,
+                                       system_prompt_tokens=1024, user_tokens=900, output_tokens=350,
+                                       max_model_len=65536)
+MOONCAKE_ID_TOKENS = 512  # tokens per hash id in Mooncake's traces
+TIGHT_H200_BLOCKS = 6000  # per replica: the long conversations' working set overflows the caches
 BURSTS, BURST_SIZE, BURST_GAP_S = 20, 16, 20.0
 
 
@@ -107,6 +117,11 @@ def probes(quick: bool):
     for seed in SEEDS[:1] if quick else SEEDS:
         w = bursts(seed, 3 if quick else BURSTS, 4 if quick else BURST_SIZE)
         yield f"agentic bursts 8xH200 seed {seed}", w, h200, H200_BLOCKS
+    long = replace(LONG_CONVERSATIONS, num_conversations=20) if quick else LONG_CONVERSATIONS
+    w = conversation_workload(long, seed=SEEDS[0], block_size=MOONCAKE_ID_TOKENS)
+    roomy = plan_kv_cache(get_model(MODEL), get_hardware(h200.hardware)).num_gpu_blocks
+    for blocks in (TIGHT_H200_BLOCKS,) if quick else (roomy, TIGHT_H200_BLOCKS):
+        yield f"long conversations 8xH200 {blocks} blocks", w, h200, blocks
 
 
 def flag(r: dict) -> str:

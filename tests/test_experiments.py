@@ -301,18 +301,19 @@ def test_chat_past_saturation_series_read_apart_in_greyscale():
 
 def test_routing_probes(tmp_path, capsys):
     """One row per probe, a probe of each kind (Mooncake on 2 and on 4 A100s, the 8k-token system prompt, the
-    bursts), both routers run on each with every request finished; hit rates and yardsticks are shares of the
-    prompt tokens, the ratios their quotient; the flag names exactly what kv_aware missed; --json holds the CSV's
-    rows. Each run says when it starts (the full script runs for minutes)."""
+    bursts, the long conversations), both routers run on each with every request finished; hit rates and
+    yardsticks are shares of the prompt tokens, the ratios their quotient; the flag names exactly what kv_aware
+    missed; --json holds the CSV's rows. Each run says when it starts (the full script runs for minutes)."""
     exp = load("routing_probes")
     assert exp.main(["--quick", "--out", str(tmp_path), "--json", str(tmp_path / "rows.json")]) == 0
-    assert capsys.readouterr().err.count(" requests: ") == 2 * 4
+    assert capsys.readouterr().err.count(" requests: ") == 2 * 5
     check_verdicts((tmp_path / "verdicts.txt").read_text())
     rows = pd.DataFrame(json.loads((tmp_path / "rows.json").read_text()))
     table = pd.read_csv(tmp_path / "routing_probes.csv", keep_default_na=False)
     assert list(rows.probe) == list(table.probe) and np.allclose(rows.kv_aware_ratio, table.kv_aware_ratio)
     assert [p.split(" seed")[0].split(" from")[0] for p in rows.probe] == [
-        "mooncake x2.5 2xA100", "mooncake x5 4xA100", "agentic 8k prompt 8xH200", "agentic bursts 8xH200"]
+        "mooncake x2.5 2xA100", "mooncake x5 4xA100", "agentic 8k prompt 8xH200", "agentic bursts 8xH200",
+        "long conversations 8xH200 6000 blocks"]
     assert ((rows.yardstick > 0) & (rows.yardstick < 1)).all()
     for router in exp.ROUTERS:
         hit, p99 = rows[f"{router}_hit_rate"], rows[f"{router}_ttft_s_p99"]
