@@ -47,8 +47,13 @@ def probe(path: Path, folder: Path) -> None:
     """Write access tried, not asked: os.access says yes to root for a read-only or virtual file
     system (/sys, a read-only mount), whose write failed only after the run. An existing file is
     opened for appending (its content kept); a missing one is created in its folder and removed; a
-    missing folder's nearest existing ancestor gets a folder made and removed."""
-    if path.exists():
+    missing folder's nearest existing ancestor gets a folder made and removed. What exists and is not
+    a file (a pipe, `--json >(jq .)`'s /dev/fd/N; /dev/null) is only asked: opening a pipe waits for a
+    reader, and closing it ends the reader's input before the output is written."""
+    if path.exists() and not path.is_file():
+        if not os.access(path, os.W_OK):
+            raise PermissionError(13, "Permission denied")
+    elif path.exists():
         with open(path, "a"):
             pass
     elif folder == path.absolute().parent:

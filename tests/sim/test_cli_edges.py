@@ -189,3 +189,26 @@ def test_the_command_line_says_when_it_coarsened_the_time_series(azure_conv, cap
     err = capsys.readouterr().err
     assert "warning: the time series would have outgrown half of this machine's memory" in err
     assert 25 < len(pd.read_csv(out)) <= 50
+
+
+def test_a_pipe_as_an_output_path_is_not_opened_before_the_run(tmp_path):
+    """`--json >(jq .)` names a pipe (/dev/fd/N). Trying the write opened it: with no reader yet
+    that waits forever, and with one, closing it ended the reader's input before any output. A
+    path that exists and is not a file is asked (os.access), not opened."""
+    import os
+    import threading
+
+    from paged.output_paths import check_output_paths
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    done = threading.Event()
+    checker = threading.Thread(target=lambda: (check_output_paths([("--json", str(fifo), ".json")]), done.set()),
+                               daemon=True)
+    checker.start()
+    checker.join(timeout=5)
+    unblocked = done.is_set()
+    if not unblocked:  # release the check blocked in open(): a reader
+        os.close(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK))
+        checker.join(timeout=5)
+    assert unblocked, "the check opened the pipe and waited for a reader"
