@@ -475,7 +475,8 @@ def goal_rows(routers: dict) -> pd.DataFrame:
     rows = [{"router": r, "metric": k, **v} for r, d in routers.items() for k, v in d["metrics"].items()]
     table = pd.DataFrame(rows)
     table["goal"] = table.metric.map(goal)
-    table["within"] = table.rel_error.abs() <= table.goal
+    # unjudged metrics (the p90s: no goal) are neither within nor missed: <NA>, not False
+    table["within"] = (table.rel_error.abs() <= table.goal).astype("boolean").mask(table.goal.isna())
     return table
 
 

@@ -56,7 +56,7 @@ NOTES = {
     "busy_fraction": "of the time some request was in a step: not GPU utilisation",
     "kv_tokens_mean": "of the KV slots held a token: a fraction, not a count",
     "pooled_lru_hit_rate": "the yardstick of cache-aware routing: one LRU cache as large as all the replicas' "
-                           "caches, over the trace in arrival order",
+                           "caches, over the trace in arrival order; a reference, not a bound (routing can pass it)",
 }
 
 

@@ -118,6 +118,18 @@ def test_routers_predicted_within_the_goal_are_a_tie_the_verdict_names():
 
 
 
+def test_a_metric_without_a_goal_is_neither_within_nor_missed():
+    """The p90s are reported, not judged: the table said `within False` beside a 1% error (notebook
+    03 printed it so), which read as a miss. Unjudged rows are <NA>; a miss still counts."""
+    dc = load("deploy_check")
+    metrics = {"ttft_s_p90": {"predicted": 1.0, "measured": 1.01, "rel_error": dc.rel_error("ttft_s_p90", 1.0, 1.01)},
+               "ttft_s_mean": {"predicted": 1.0, "measured": 1.5, "rel_error": dc.rel_error("ttft_s_mean", 1.0, 1.5)},
+               "tpot_s_mean": {"predicted": 1.0, "measured": 1.02, "rel_error": dc.rel_error("tpot_s_mean", 1.0, 1.02)}}
+    table = dc.goal_rows({"a": {"metrics": metrics}}).set_index("metric")
+    assert table.within.isna().tolist() == [True, False, False]
+    assert not table.within["ttft_s_mean"] and table.within["tpot_s_mean"]
+
+
 def test_the_calibration_load_has_its_own_size_and_shares_none_of_the_slices_prompts():
     dc = load("deploy_check")
     from paged.serve.prompts import PromptMaker
