@@ -23,6 +23,11 @@ class KVPlan:
     kv_bytes: float  # device memory left for the KV cache, all GPUs together
 
 
+class DoesNotFit(ValueError):
+    """The GPUs hold too little for the weights and one KV block: a deployment short of memory,
+    told apart from one that cannot be built at all (a bad tp), as the config search reports them."""
+
+
 def check_tp(model: ModelSpec, tp: int) -> None:
     """Tensor parallelism splits attention heads across GPUs (KV heads may be replicated instead)."""
     if tp < 1:
@@ -42,7 +47,7 @@ def plan_kv_cache(model: ModelSpec, hardware: HardwareSpec, *, tp: int = 1, gpu_
     block_bytes = model.kv_bytes_per_token(kv_dtype) * block_size
     kv_bytes = budget - weights
     if kv_bytes < block_bytes:
-        raise ValueError(
+        raise DoesNotFit(
             f"{model.name} does not fit on {tp} x {hardware.name}: its weights take {weights / 1e9:.1f} GB and one "
             f"KV block {block_bytes / 1e6:.1f} MB, but {gpu_memory_utilization} x {hardware.memory_gib:g} GiB x {tp} "
             f"GPU(s) gives {budget / 1e9:.1f} GB: short by {(weights + block_bytes - budget) / 1e9:.1f} GB "

@@ -12,14 +12,18 @@ gets no cost columns unless given one.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 
 from .hardware import get_hardware
 
 GPU_HOUR_USD: dict[str, float] = {"a100-80gb": 40.966 / 8, "h100": 98.32 / 8, "l4": 0.8048}
 
 
-def parse_prices(text: str) -> dict[str, float]:
-    """'h100=2.99,a100=1.79' -> {'h100': 2.99, 'a100-80gb': 1.79} (hardware names resolved)."""
+def parse_prices(text: str, hardware: Iterable[str] = ()) -> dict[str, float]:
+    """'h100=2.99,a100=1.79' -> {'h100': 2.99, 'a100-80gb': 1.79} (hardware names resolved).
+    A GPU of `hardware` given as a spec file is priced under its spec's `name` (my-gpu=1.5), the
+    name its rows go by, as well as under its path."""
+    specs = {get_hardware(h).name for h in hardware}
     out = {}
     for part in filter(None, (p.strip() for p in text.split(","))):
         name, sep, price = part.partition("=")
@@ -29,7 +33,8 @@ def parse_prices(text: str) -> dict[str, float]:
             value = math.nan
         if not sep or not value > 0 or not math.isfinite(value):
             raise ValueError(f"--gpu-hour-usd {part!r}: expected HARDWARE=PRICE with a price > 0")
-        out[get_hardware(name.strip()).name] = value
+        name = name.strip()
+        out[name.lower() if name.lower() in specs else get_hardware(name).name] = value
     return out
 
 

@@ -18,8 +18,9 @@ far past the knee cost little.
 
 The answer is the bottom: a rate measured to meet the SLOs, within rtol of one measured to
 miss them (exact if meeting the SLOs is monotone in the rate, which queueing makes it in all
-but pathological traces). A deployment whose model does not fit its GPUs is reported as
-infeasible; one that misses the SLOs even at 1e-5 of its capacity gets a max rate of 0, and one
+but pathological traces). A deployment whose model does not fit its GPUs ("does not fit"),
+or that cannot be built (a tp that does not split the model's heads: "not valid"), is reported as
+infeasible with the reason; one that misses the SLOs even at 1e-5 of its capacity gets a max rate of 0, and one
 that meets them even at 1e5 times its capacity gets that rate and an open bracket (inf).
 
 Runs are shared where they are the same simulation: with one replica the router never acts, so
@@ -33,6 +34,8 @@ from dataclasses import dataclass, replace
 from paged.core.validation import is_number, require
 from paged.workloads.workload import Workload
 
+from .hardware import get_hardware
+from .memory import DoesNotFit
 from .parallel import ordered_map
 from .prices import gpu_hour_usd
 from .sim_config import SimConfig
@@ -119,10 +122,12 @@ def search_one(workload: Workload, task: SearchTask) -> dict:
     row = {k: getattr(c, k) for k in DEPLOYMENT_KEYS}
     row["gpus"] = c.tp * c.replicas
     try:
-        build_cache_config(c)  # the memory plan: raises when the model does not fit
+        build_cache_config(c)  # the memory plan: raises when the model does not fit, or tp cannot split it
     except ValueError as e:
-        return {**row, "feasible": False, "max_qps": math.nan, "num_runs": 0, "reason": str(e)}
-    return {**row, "feasible": True, **max_rate(workload, task), "reason": ""}
+        infeasible = "does not fit" if isinstance(e, DoesNotFit) else "not valid"
+        return {**row, "feasible": False, "max_qps": math.nan, "num_runs": 0, "infeasible": infeasible,
+                "reason": str(e)}
+    return {**row, "feasible": True, **max_rate(workload, task), "infeasible": "", "reason": ""}
 
 
 def _run_key(config: SimConfig) -> str:
@@ -146,12 +151,13 @@ def search(workload: Workload, configs: list[SimConfig], slo: SLO, *, rtol: floa
                                         address=address, progress="deployments" if progress else None), strict=True))
     rows = []
     for i, (c, k) in enumerate(zip(configs, keys, strict=True)):
-        row = {**found[k], "router": c.router}
+        # a spec file's GPU goes by its spec's name, not the file's path
+        row = {**found[k], "router": c.router, "hardware": get_hardware(c.hardware).name}
         if first[k] != i:
             row["num_runs"] = 0  # its runs are those of the config searched
         rows.append(row)
     df = pd.DataFrame(rows)
     df["qps_per_gpu"] = df.max_qps / df.gpus
-    df["usd_per_hour"] = [gpu_hour_usd(h, prices) * g for h, g in zip(df.hardware, df.gpus, strict=True)]
+    df["usd_per_hour"] = [gpu_hour_usd(c.hardware, prices) * g for c, g in zip(configs, df.gpus, strict=True)]
     df["qps_per_usd_hour"] = df.max_qps / df.usd_per_hour
     return df

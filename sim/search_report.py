@@ -22,8 +22,16 @@ def point_label(row, df) -> str:
                      *([f"seqs{row['max_num_seqs']}"] if varies["max_num_seqs"] else [])])
 
 
+def infeasible_notes(df) -> list[str]:
+    """One line per reason a deployment cannot be built at all (its table cell only says "not
+    valid"), for the lines before the table: short of memory is "does not fit" in the table."""
+    invalid = df[df.infeasible == "not valid"] if "infeasible" in df else df.iloc[:0]
+    counts = invalid.reason.value_counts(sort=False)
+    return [f"not valid ({n} deployment{'s' * (n > 1)}): {reason}" for reason, n in counts.items()]
+
+
 def format_table(df) -> str:
-    """One aligned line per deployment; infeasible ones say why."""
+    """One aligned line per deployment; infeasible ones say why, in short (`infeasible_notes`: in full)."""
     lines = []
     for _, row in df.iterrows():
         cells = {"deployment": deployment_name(row)}
@@ -31,7 +39,7 @@ def format_table(df) -> str:
             v = row[name]
             cells[name] = "-" if isinstance(v, float) and math.isnan(v) else fmt.format(v)
         if not row["feasible"]:
-            cells["max_qps"] = "does not fit"
+            cells["max_qps"] = row["infeasible"]
         lines.append(cells)
     widths = {n: max(len(n), *(len(c[n]) for c in lines)) for n, _ in COLUMNS}
     head = "  ".join(n.ljust(widths[n]) if n == "deployment" else n.rjust(widths[n]) for n, _ in COLUMNS)

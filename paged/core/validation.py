@@ -25,6 +25,18 @@ def is_power_of_two(value) -> bool:
     return is_int(value) and value >= 1 and value & (value - 1) == 0
 
 
+class SettingError(ValueError):
+    """A bad setting, with its parts kept, so that a command line can name its own option for the
+    field (`sim.cli.option_errors`) while Python callers read the field's name."""
+
+    def __init__(self, owner: str, field: str, value, expected: str) -> None:
+        super().__init__(f"{owner}.{field}={value!r}: expected {expected}")
+        self.owner, self.field, self.value, self.expected = owner, field, value, expected
+
+    def __reduce__(self):  # rebuilt from its parts when it crosses a process (a search's workers)
+        return type(self), (self.owner, self.field, self.value, self.expected)
+
+
 def require(ok: bool, owner: str, field: str, value, expected: str) -> None:
     if not ok:
-        raise ValueError(f"{owner}.{field}={value!r}: expected {expected}")
+        raise SettingError(owner, field, value, expected)

@@ -78,7 +78,8 @@ def workload_from_args(args: argparse.Namespace, max_model_len: int | None, bloc
     (None or --no-cap: no cap); a shared-prefix group's prompt is named in blocks of
     `block_size` tokens."""
     if (args.trace is None) == (args.shared_prefix is None):
-        raise ValueError("give one of --trace PATH (or `trace:` in a --config file) and --shared-prefix G,P,S,O")
+        in_file = " (or `trace:` in a --config file)" if hasattr(args, "config") else ""  # only sim run has one
+        raise ValueError(f"give one of --trace PATH{in_file} and --shared-prefix G,P,S,O")
     cap = max_model_len if args.cap_lengths else None
     if args.shared_prefix is not None:
         if args.num_requests is None or args.rate is None:

@@ -18,6 +18,7 @@ import sys
 
 from .. import breakdown, calibrate_cmd
 from .commands import cmd_demo, cmd_fit, cmd_list, cmd_run
+from .option_errors import named_as_option
 from .options import build_parser
 from .search_command import cmd_search
 from .yaml_config import load_yaml
@@ -34,10 +35,13 @@ def main(argv: list[str] | None = None) -> int:
         return bench_main(argv[1:])
     parser, run = build_parser()
     args = parser.parse_args(argv)
+    config = getattr(args, "config", None)
     try:
-        if getattr(args, "config", None):
-            args = load_yaml(args.config, parser, run, argv)
+        if config:
+            args = load_yaml(config, parser, run, argv)
         return COMMANDS[args.command](args)
     except (ValueError, OSError) as e:  # a bad value or path, named: a usage error, as argparse's
+        if args.command in ("run", "search"):  # their SimConfig options are run's, named alike
+            e = named_as_option(e, run, argv, config)
         print(f"error: {e}", file=sys.stderr)
         return 2

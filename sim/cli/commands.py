@@ -15,7 +15,7 @@ from paged.workloads.traces import AZURE_CONV
 from ..gpu_cost import is_gpu_cost_model
 from ..sim_config import ROUTERS, SimConfig
 from .options import sim_config
-from .outputs import check_output_paths, write_outputs
+from .outputs import check_output_paths, files_line, write_outputs
 from .workload_args import workload_for_run
 
 
@@ -51,6 +51,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     summary = with_yardstick(summary, workload, config)
     print(format_summary(summary))
     write_outputs(args, result, summary, workload, config)
+    if line := files_line(args):
+        print(line)
     return 0
 
 

@@ -22,6 +22,13 @@ def check_output_paths(args) -> None:
         check_figure_format("--plot", args.plot)
 
 
+def files_line(args, options: dict[str, tuple[str, str]] = OUTPUT_OPTIONS) -> str | None:
+    """The line that ends a command's output: the files it wrote, each with its option (as `sim
+    demo` and the experiments say where their files went); None when it wrote none."""
+    paths = [f"{getattr(args, dest)} ({option})" for dest, (option, _) in options.items() if getattr(args, dest, None)]
+    return f"written: {', '.join(paths)}" if paths else None
+
+
 def write_outputs(args, result, summary: dict, workload, config) -> None:
     """Every output the run was asked for, from the finished result; a write that fails names its option."""
     if args.json:

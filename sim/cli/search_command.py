@@ -11,6 +11,9 @@ from paged.workloads.options import add_workload_options, positive
 
 from ..parallel import BACKENDS
 from ..sim_config import ROUTERS
+from .outputs import files_line
+
+OUTPUTS = {"json": ("--json", ".json"), "plot": ("--plot", ".png")}  # dest -> (option, an example's suffix)
 
 
 def _list(kind):
@@ -36,7 +39,8 @@ def add_search_parser(sub) -> None:
     p.add_argument("--slo-ttft-p99", type=positive, required=True, help="p99 TTFT target (s)")
     p.add_argument("--slo-tpot-p99", type=positive, required=True, help="p99 TPOT target (s)")
     p.add_argument("--rtol", type=positive, default=0.02, help="bisection stops when top / bottom <= 1 + rtol")
-    p.add_argument("--gpu-hour-usd", default="", help="hw=price,... over the defaults of sim.prices")
+    p.add_argument("--gpu-hour-usd", default="",
+                   help="hw=price,... over the defaults of sim.prices (a spec file's GPU: by its name)")
     p.add_argument("--backend", default="processes", choices=BACKENDS,
                    help="where the simulations run: local processes or a Ray cluster")
     p.add_argument("--ray-address", default=None, help="a Ray cluster to join (default: a local one)")
@@ -58,13 +62,13 @@ def cmd_search(args: argparse.Namespace) -> int:
     from ..plots import check_figure_format  # here, not at the top: `sim run` builds this parser too
     from ..prices import parse_prices
     from ..search import SLO, search
-    from ..search_report import format_table, pareto_figure
+    from ..search_report import format_table, infeasible_notes, pareto_figure
     from ..sim_config import SimConfig
     from ..sweep import grid
 
     if args.workers is not None and args.workers < 1:
         raise ValueError(f"--workers {args.workers}: expected at least 1 (or leave it out: one per core)")
-    check_output_paths([("--json", args.json, ".json"), ("--plot", args.plot, ".png")])
+    check_output_paths([(option, getattr(args, dest), suffix) for dest, (option, suffix) in OUTPUTS.items()])
     check_figure_format("--plot", args.plot)
     for name in args.hardware:  # a misspelt GPU is named now, not after the other deployments' searches
         get_hardware(name)
@@ -76,9 +80,12 @@ def cmd_search(args: argparse.Namespace) -> int:
                    router=args.router, max_num_seqs=args.max_num_seqs)
     slo = SLO(args.slo_ttft_p99, args.slo_tpot_p99)
     start = time.perf_counter()
-    df = search(workload, configs, slo, rtol=args.rtol, prices=parse_prices(args.gpu_hour_usd), backend=args.backend,
-                workers=args.workers, address=args.ray_address, progress=args.progress_bar)
+    prices = parse_prices(args.gpu_hour_usd, args.hardware)
+    df = search(workload, configs, slo, rtol=args.rtol, prices=prices, backend=args.backend, workers=args.workers,
+                address=args.ray_address, progress=args.progress_bar)
     wall = time.perf_counter() - start
+    for note in infeasible_notes(df):
+        print(note)
     print(format_table(df))
     print(f"{len(configs)} deployments, {int(df.num_runs.sum())} simulations (capacity runs included) on "
           f"{len(workload):,} requests of {workload.name} in {wall:.1f} s (p99 TTFT <= {slo.ttft_p99_s:g} s, "
@@ -93,4 +100,6 @@ def cmd_search(args: argparse.Namespace) -> int:
     if args.plot:
         with written("--plot", args.plot) as path:
             pareto_figure(df, path)
+    if line := files_line(args, OUTPUTS):
+        print(line)
     return 0

@@ -152,7 +152,7 @@ def test_config_file_errors_are_clear(tmp_path, capsys):
 
 def test_block_size_zero_is_a_clear_error(azure_conv, capsys):
     assert main(["run", "--trace", str(azure_conv), "--block-size", "0"]) == 2
-    assert "SimConfig.block_size=0" in capsys.readouterr().err
+    assert "--block-size 0: expected a power of two" in capsys.readouterr().err
 
 
 def test_policies_read_the_traces_columns(tmp_path, azure_conv, capsys):
