@@ -19,7 +19,8 @@ the same functions (`paged.metrics_summary`): `num_requests`, `num_finished`, `n
 `input_tokens_per_s`, `output_tokens_per_s` (finished requests, over `wall_time_s`: from the
 first send to the last answer), `ttft_s`, `tpot_s`, `e2e_s` (mean/p50/p90/p99 over finished
 requests; TTFT and E2E from when the request was sent), `itl_s` (over every gap between two
-streamed chunks) and `goodput` (with --slo-ttft-s/--slo-tpot-s). Beyond them: `num_errors`
+streamed chunks), `prefix_cache_hit_rate` (the prompt tokens the server's usage reported cached, over
+the requests it reported them for) and `goodput` (with --slo-ttft-s/--slo-tpot-s). Beyond them: `num_errors`
 (requests that did not finish, with `errors`: how many of each message) and `send_lateness_s`
 (how late requests were sent against their schedule: mean/p50/p90/p99/max).
 
@@ -71,6 +72,7 @@ def summarize(workload: Workload, rec: Records, wall_s: float, slo_ttft_s: float
         "tpot_s": stats_of(per_token[done]),
         "e2e_s": stats_of(e2e[done]),
         "itl_s": stats_of(np.concatenate(itls) if itls else np.zeros(0)),
+        "prefix_cache_hit_rate": prefix_cache_hit_rate(workload, rec),
         "send_lateness_s": {**stats_of(lateness), "max": float(np.nanmax(lateness)) if len(lateness) else math.nan},
         "errors": dict(Counter(e for e in rec.error if e).most_common(10)),
     }
@@ -78,6 +80,15 @@ def summarize(workload: Workload, rec: Records, wall_s: float, slo_ttft_s: float
         out["goodput"] = goodput(done, ttft, per_token, math.inf if slo_ttft_s is None else slo_ttft_s,
                                  math.inf if slo_tpot_s is None else slo_tpot_s, wall_s)
     return out
+
+
+def prefix_cache_hit_rate(workload: Workload, rec: Records) -> float:
+    """Prompt tokens the server reported cached / prompt tokens, over the requests whose usage
+    reported cached tokens (each counted once, as its answer says); NaN when none did: a server
+    that does not report them is not a server that hits nothing."""
+    reported = rec.cached_tokens >= 0
+    prompt = workload.num_prompt_tokens[reported].sum()
+    return float(rec.cached_tokens[reported].sum() / prompt) if prompt else math.nan
 
 
 def requests_frame(workload: Workload, rec: Records):

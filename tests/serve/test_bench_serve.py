@@ -24,7 +24,7 @@ MOONCAKE = REPO / "traces" / "mooncake_fast25_synthetic_trace.jsonl"  # prompts 
 
 # what the simulator's --json and the load generator's both report, with the same meaning
 SHARED_KEYS = ("num_requests", "num_finished", "throughput_req_s", "input_tokens_per_s", "output_tokens_per_s",
-               "wall_time_s", "ttft_s", "tpot_s", "e2e_s", "itl_s", "goodput", "num_capped")
+               "wall_time_s", "ttft_s", "tpot_s", "e2e_s", "itl_s", "goodput", "num_capped", "prefix_cache_hit_rate")
 
 
 def test_prompts_share_real_tokens_where_the_trace_shares_ids():
@@ -84,6 +84,20 @@ def test_summary_has_the_simulators_keys(backends, tmp_path, capsys):
     assert (rows.num_prompt_tokens <= 599).all() and doc["workload"]["trace"] == str(azure_conv)
     # the fake server reports half of each prompt cached; with no router in front, no backend is named
     assert (rows.prefix_hit_tokens == rows.num_prompt_tokens // 2).all() and rows.backend.isna().all()
+    # the summary's hit rate is the same tokens in sum (the simulator's key had no measured counterpart)
+    assert doc["prefix_cache_hit_rate"] == pytest.approx(rows.prefix_hit_tokens.sum() / rows.num_prompt_tokens.sum())
+
+
+def test_no_hit_rate_where_no_answer_reported_cached_tokens():
+    """A server whose usage has no cached tokens hit nothing that we know of: NaN (printed `-`,
+    JSON null), not 0."""
+    rec = Records(2)
+    rec.status[:] = FINISHED
+    rec.scheduled_s[:], rec.sent_s[:], rec.first_token_s[:], rec.finished_s[:] = 0.0, 0.01, 0.1, 0.3
+    workload = Workload(np.array([0.0, 0.1]), np.array([10, 30]), np.array([3, 3]))
+    assert np.isnan(summarize(workload, rec, 0.3)["prefix_cache_hit_rate"])
+    rec.cached_tokens[1] = 15  # only what was reported counts: request 0's prompt is not in the denominator
+    assert summarize(workload, rec, 0.3)["prefix_cache_hit_rate"] == 0.5
 
 
 def test_requests_are_capped_to_the_context_the_server_publishes(server, model_name, tmp_path, capsys):
