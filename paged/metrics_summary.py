@@ -51,7 +51,7 @@ def jsonable(x):
 
 # What a reader would otherwise misread, said beside the value (docs/summary_keys.md has every key).
 NOTES = {
-    "num_capped": "requests cut to fit max_model_len before simulating: the prompt to max_model_len - 1 tokens, "
+    "num_capped": "requests cut to fit max_model_len before the run: the prompt to max_model_len - 1 tokens, "
                   "the output to what is left; --no-cap sends them whole, to be rejected",
     "busy_fraction": "of the time some request was in a step: not GPU utilisation",
     "kv_tokens_mean": "of the KV slots held a token: a fraction, not a count",

@@ -18,7 +18,8 @@ from .engine_config import (
 # field -> (type, help, the default when the config's is None: what the engine picks instead);
 # vLLM's wording where the option is vLLM's.
 _OPTIONS = {
-    "tokenizer": (str, "name or path of the Hugging Face tokenizer to use", "the model's"),
+    "tokenizer": (str, "name or path of the model whose tokenizer to use, as --model takes it (a known "
+                        "name, a Hugging Face folder or a GGUF file)", "the model's"),
     "dtype": (str, "data type for model weights and activations: auto (float32 on CPU; bfloat16, or float16 "
                    "where the GPU has no bfloat16), float32, bfloat16 or float16", None),
     "device": (str, "device type for execution: auto (cuda if there is one), cpu or cuda[:N]", None),

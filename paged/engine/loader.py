@@ -80,10 +80,11 @@ def _model_file(model: str | Path) -> Path:
 
 
 def _tokenizer(path: Path, tokenizer: str | Path | None, gguf: GGUFFile | None = None) -> Tokenizer | None:
-    """`tokenizer`'s folder when given; else the model folder's tokenizer.json (None without
-    one), or the GGUF file's own vocabulary."""
+    """`tokenizer`'s when given, found as a model is (a known name, a folder or a GGUF file: as
+    vLLM's --tokenizer names a model); else the model folder's tokenizer.json (None without one),
+    or the GGUF file's own vocabulary."""
     if tokenizer is not None:
-        return Tokenizer.from_folder(resolve_model_path(tokenizer))
+        return _tokenizer(_model_file(tokenizer), None)
     if path.is_dir():
         return Tokenizer.from_folder(path) if (path / "tokenizer.json").exists() else None
     return Tokenizer.from_gguf((gguf or GGUFFile(path)).fields)

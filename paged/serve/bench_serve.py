@@ -5,7 +5,9 @@
     paged bench serve --url ... --shared-prefix 8,1024,64,128 --num-requests 500 --rate 10 --json out.json
 
 The workload options are the simulator's (`python -m sim run`), so one command line selects the
-same requests for a prediction and a measurement. Prompts are token ids of the trace's lengths
+same requests for a prediction and a measurement; as sim run caps requests to the model's context,
+it caps them to the server's (the `max_model_len` its /v1/models publishes, or --max-model-len;
+--no-cap sends them whole, to be refused). Prompts are token ids of the trace's lengths
 (`paged.serve.prompts`: shared prefix ids become shared tokens), outputs the trace's lengths
 (`max_tokens` with `ignore_eos`), sent open-loop at the trace's times through streamed
 `/v1/completions` (`paged.serve.replay`). Requests are greedy unless --temperature, --top-p or --top-k
@@ -13,11 +15,12 @@ say otherwise, as `vllm bench serve` sends them: a server's own default, tempera
 engine about 1 ms more per sampled token on a CPU than the greedy step profile timed.
 
 The `--json` summary has the simulator's keys wherever they mean the same thing, computed by
-the same functions (`paged.metrics_summary`): `num_requests`, `num_finished`, `throughput_req_s`,
+the same functions (`paged.metrics_summary`): `num_requests`, `num_finished`, `num_capped`, `throughput_req_s`,
 `input_tokens_per_s`, `output_tokens_per_s` (finished requests, over `wall_time_s`: from the
 first send to the last answer), `ttft_s`, `tpot_s`, `e2e_s` (mean/p50/p90/p99 over finished
 requests; TTFT and E2E from when the request was sent), `itl_s` (over every gap between two
-streamed chunks) and `goodput` (with --slo-ttft-s/--slo-tpot-s). Beyond them: `num_errors`
+streamed chunks), `prefix_cache_hit_rate` (the prompt tokens the server's usage reported cached, over
+the requests it reported them for) and `goodput` (with --slo-ttft-s/--slo-tpot-s). Beyond them: `num_errors`
 (requests that did not finish, with `errors`: how many of each message) and `send_lateness_s`
 (how late requests were sent against their schedule: mean/p50/p90/p99/max).
 
@@ -60,6 +63,7 @@ def summarize(workload: Workload, rec: Records, wall_s: float, slo_ttft_s: float
         "num_requests": len(workload),
         "num_finished": int(done.sum()),
         "num_errors": int((rec.status == ERROR).sum()),
+        "num_capped": workload.num_capped,
         "wall_time_s": wall_s,
         "throughput_req_s": done.sum() / wall_s if wall_s else math.nan,
         "input_tokens_per_s": float(workload.num_prompt_tokens[done].sum() / wall_s) if wall_s else math.nan,
@@ -68,6 +72,7 @@ def summarize(workload: Workload, rec: Records, wall_s: float, slo_ttft_s: float
         "tpot_s": stats_of(per_token[done]),
         "e2e_s": stats_of(e2e[done]),
         "itl_s": stats_of(np.concatenate(itls) if itls else np.zeros(0)),
+        "prefix_cache_hit_rate": prefix_cache_hit_rate(workload, rec),
         "send_lateness_s": {**stats_of(lateness), "max": float(np.nanmax(lateness)) if len(lateness) else math.nan},
         "errors": dict(Counter(e for e in rec.error if e).most_common(10)),
     }
@@ -75,6 +80,15 @@ def summarize(workload: Workload, rec: Records, wall_s: float, slo_ttft_s: float
         out["goodput"] = goodput(done, ttft, per_token, math.inf if slo_ttft_s is None else slo_ttft_s,
                                  math.inf if slo_tpot_s is None else slo_tpot_s, wall_s)
     return out
+
+
+def prefix_cache_hit_rate(workload: Workload, rec: Records) -> float:
+    """Prompt tokens the server reported cached / prompt tokens, over the requests whose usage
+    reported cached tokens (each counted once, as its answer says); NaN when none did: a server
+    that does not report them is not a server that hits nothing."""
+    reported = rec.cached_tokens >= 0
+    prompt = workload.num_prompt_tokens[reported].sum()
+    return float(rec.cached_tokens[reported].sum() / prompt) if prompt else math.nan
 
 
 def requests_frame(workload: Workload, rec: Records):
@@ -104,7 +118,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--vocab-size", type=int, default=32000, help="token ids stay below it: at most the model's")
     g.add_argument("--min-token-id", type=int, default=1000, help="token ids start here, above special tokens")
     g.add_argument("--block-size", type=int, default=16, help="tokens per id of a --shared-prefix group's prompt")
-    g.add_argument("--max-model-len", type=int, default=None, help="truncate longer requests to it (as sim does)")
+    g.add_argument("--max-model-len", type=int, default=None,
+                   help="cap longer requests to it, as sim run does (default: the max_model_len the server publishes "
+                        "on /v1/models, as vLLM and paged serve do; none if it does not; --no-cap: no cap)")
     g = p.add_argument_group("sampling", "what every request asks for (vllm bench serve's options and defaults)")
     g.add_argument("--temperature", type=float, default=0.0,
                    help="0 (default) is greedy, as vllm bench serve sends unless told; a server's own default is 1")
@@ -136,12 +152,13 @@ def sampling_fields(args: argparse.Namespace, parser: argparse.ArgumentParser) -
     return {k: v for k, v in given.items() if v is not None}
 
 
-def served_models(url: str) -> list[str]:
-    """The models the server lists; an unreachable or non-OpenAI URL is a usage error naming it."""
+def served_models(url: str) -> dict[str, int | None]:
+    """The models the server lists, each with the context it publishes (`max_model_len`, as vLLM and
+    paged serve do; None where it does not); an unreachable or non-OpenAI URL is a usage error naming it."""
     try:
         r = httpx.get(f"{url}/v1/models", timeout=30)
         r.raise_for_status()
-        models = [m["id"] for m in r.json()["data"]]
+        models = {m["id"]: _context(m.get("max_model_len")) for m in r.json()["data"]}
     except (httpx.HTTPError, ValueError, KeyError, TypeError) as e:
         raise ValueError(f"--url {url}: cannot list its models at /v1/models ({type(e).__name__}: {e}); expected "
                          "a running OpenAI-compatible server, such as http://127.0.0.1:8000") from None
@@ -150,18 +167,42 @@ def served_models(url: str) -> list[str]:
     return models
 
 
+def _context(value) -> int | None:
+    """A published max_model_len, if it is a usable one (a positive integer)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 2 else None
+
+
 def first_model(url: str) -> str:
     """The first model the server lists (what a request without a model gets)."""
-    return served_models(url)[0]
+    return next(iter(served_models(url)))
 
 
-def chosen_model(url: str, model: str | None) -> str:
-    """--model, or the server's first; one it does not serve is refused now, not request by request
-    (each would fail with 404, and the replay would end with nothing measured and exit status 0)."""
+def chosen_model(url: str, model: str | None) -> tuple[str, int | None]:
+    """--model, or the server's first, with the max_model_len the server publishes for it (None:
+    none); one it does not serve is refused now, not request by request (each would fail with
+    404, and the replay would end with nothing measured and exit status 0)."""
     served = served_models(url)  # asked even with --model: an unreachable URL fails now
     if model is not None and model not in served:
-        raise ValueError(f"--model {model}: {url} does not serve it; expected one of {served}")
-    return model or served[0]
+        raise ValueError(f"--model {model}: {url} does not serve it; expected one of {list(served)}")
+    model = model or next(iter(served))
+    return model, served[model]
+
+
+def capped(workload: Workload, args: argparse.Namespace, published: int | None,
+           url: str) -> tuple[Workload, int | None]:
+    """The workload (capped to --max-model-len already, if given) capped to the server's published
+    context when no --max-model-len is given, as sim run caps to the model's: a longer request
+    would only be refused (HTTP 400). With the cap it used (None: none; --no-cap, or a server that
+    publishes none, which is said once)."""
+    if not args.cap_lengths:
+        return workload, None
+    if args.max_model_len is not None:
+        return workload, args.max_model_len
+    if published is None:
+        print(f"note: {url} publishes no max_model_len on /v1/models: requests are sent uncapped "
+              "(--max-model-len caps them)", file=sys.stderr)
+        return workload, None
+    return workload.cap_lengths(published), published
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -180,8 +221,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         check_output_paths([("--json", args.json, ".json"), ("--requests-csv", args.requests_csv, ".csv")])
         workload = workload_from_args(args, args.max_model_len, args.block_size)
+        model, published = chosen_model(url, args.model)
+        workload, max_model_len = capped(workload, args, published, url)
         prompt = PromptMaker(workload, args.vocab_size, args.min_token_id, args.seed)
-        model = chosen_model(url, args.model)
     except (ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -195,8 +237,8 @@ def main(argv: list[str] | None = None) -> int:
     try:  # checked before the replay, but a disk may fill or a folder go during it
         if args.json:
             source = {"trace": str(args.trace)} if args.trace is not None else {"shared_prefix": args.shared_prefix}
-            settings = {"url": url, "model": model, "vocab_size": args.vocab_size, "min_token_id": args.min_token_id,
-                        "seed": args.seed, "sampling": sampling}
+            settings = {"url": url, "model": model, "max_model_len": max_model_len, "vocab_size": args.vocab_size,
+                        "min_token_id": args.min_token_id, "seed": args.seed, "sampling": sampling}
             doc = {**summary, "workload": {**source, "name": workload.name}, "config": settings}
             with written("--json", args.json) as path:
                 path.write_text(json.dumps(jsonable(doc), indent=2) + "\n")

@@ -7,6 +7,8 @@ option this command does not know (engine options, passed through unchanged), wr
 output to `--log-dir`/replica-I.log. When all answer `/health`, `paged router` starts on
 `--port` in front of them (router.log), with `--cache-threshold`, the engines' `--block-size`, `--max-num-seqs` and
 `--max-body-bytes` if given, and their `--api-key` (in its environment), which it sends on its own requests to them.
+A kv_aware router also gets the replicas' tokenizer (their `--tokenizer`, else `--model`, which it must
+then find as `paged serve` does) and `--chat-template`, to match text and chat prompts against their caches.
 SIGINT (Ctrl-C) or SIGTERM stops them all: SIGTERM, then SIGKILL after `--stop-timeout-s`.
 Every child is also asked to die with the launcher (Linux's parent-death signal), so not even a
 SIGKILL of the launcher leaves orphans.
@@ -100,6 +102,18 @@ def router_options(server_options: list[str]) -> list[str]:
             if (value := _server_option(server_options, flag)) is not None for x in (flag, value)]
 
 
+def router_tokenizer_options(model: str, policy: str, server_options: list[str]) -> list[str]:
+    """kv_aware matches a text or chat prompt only once cut into the replicas' tokens: its router
+    gets their tokenizer (their --tokenizer, else --model) and their --chat-template if they have
+    one, without which it would route text and chat by load alone. Other policies need none (and a
+    router without one never imports torch)."""
+    if policy != "kv_aware":
+        return []
+    options = ["--tokenizer", _server_option(server_options, "--tokenizer") or model]
+    template = _server_option(server_options, "--chat-template")
+    return options if template is None else [*options, "--chat-template", template]
+
+
 def router_env(server_options: list[str]) -> dict | None:
     """The replicas' --api-key for the router, which needs it for its own requests to them (KV
     events): in its environment ($PAGED_API_KEY), not on its command line, where any user of the
@@ -191,7 +205,7 @@ def _run(args: argparse.Namespace, server_options: list[str], children: Children
         children.wait_healthy(f"replica-{i}", url, deadline)
     router_cmd = [sys.executable, "-m", "paged", "router", "--policy", args.router, "--host", args.host,
                   "--port", str(args.port), "--cache-threshold", repr(args.cache_threshold),
-                  *router_options(server_options)]
+                  *router_options(server_options), *router_tokenizer_options(args.model, args.router, server_options)]
     for url in urls:
         router_cmd += ["--backend", url]
     proc = children.start("router", router_cmd, router_env(server_options))

@@ -7,21 +7,21 @@ router of the same name chooses (`paged.core.routing`), over the same view of ea
 requests this router has in flight there, its last scraped KV usage and its KV cache size (scraped from
 `vllm:cache_config_info` unless `--num-gpu-blocks` gives it: `paged.serve.backends`);
 `prefix_aware` reads the prompt's chained block ids (`paged.serve.prefix_ids`) and keeps a record of
-each backend's as long as its KV cache in blocks, as the simulator's does; `kv_aware` matches a
-prompt's block hashes against what each backend's KV events say it caches (`paged.serve.kv_sync`,
-polled every `--kv-events-interval-s`; `--block-size` must be the backends'). A token-id prompt has
-its hashes as it is; a text or chat prompt only once cut into the engine's tokens, which takes the
-backends' tokenizer: with `--tokenizer MODEL` (and the backends' `--chat-template`, if they were
-given one) the router makes the ids as `paged serve` does (`paged.serve.router_tokens`); without it,
-kv_aware routes text and chat by load alone. Streams pass through event by event; a client that
-leaves, streamed or not, has its backend request closed, which the backend aborts. Every relayed
-answer names its backend's URL in an `x-paged-backend` header (`paged bench serve --requests-csv`
-records it: the router's choices, request by request). `/v1/models` comes from the first healthy
-backend; `/health` is 200 while one backend is in service (both answer HEAD too, for load balancers'
-probes); `/metrics` counts what the router did per backend (`paged.serve.router_metrics`);
-`/kv/view` shows kv_aware's view of each backend's cache (and its size). Clients' `Authorization` headers pass
-through to the backends, which check them; the router's own reads of the backends' KV events carry
-`--api-key` (the backends' key), which no client request ever gets.
+each backend's as long as its KV cache in blocks, as the simulator's does; `kv_aware` matches a prompt's
+block hashes against what each backend's KV events say it caches (`paged.serve.kv_sync`, polled every
+`--kv-events-interval-s`; `--block-size` must be the backends'). A token-id prompt has its hashes as it
+is; a text or chat prompt only once cut into the engine's tokens, which takes the backends' tokenizer:
+with `--tokenizer MODEL` (and the backends' `--chat-template`, if they were given one) the router makes
+the ids as `paged serve` does (`paged.serve.router_tokens`; `paged launch` gives it the replicas' own);
+without it, kv_aware routes text and chat by load alone, as its start-up line says. Streams pass through
+event by event; a client that leaves, streamed or not, has its backend request closed, which the backend
+aborts. Every relayed answer names its backend's URL in an `x-paged-backend` header (`paged bench serve
+--requests-csv` records it: the router's choices, request by request). `/v1/models` comes from the first
+healthy backend; `/health` is 200 while one backend is in service (both answer HEAD too, for load
+balancers' probes); `/metrics` counts what the router did per backend (`paged.serve.router_metrics`);
+`/kv/view` shows kv_aware's view of each backend's cache (and its size). Clients' `Authorization`
+headers pass through to the backends, which check them; the router's own reads of the backends' KV
+events carry `--api-key` (the backends' key), which no client request ever gets.
 
 Faults: every backend is probed each `--health-interval-s`; one that fails is taken out until it
 answers again. A request that cannot connect to its backend is retried on another, and so, once, is
@@ -273,7 +273,11 @@ def startup_line(listen: str, config: RouterConfig, backends: list[Backend]) -> 
     their start): at its quiet default log level it printed nothing, so a terminal, or `paged launch`'s
     router.log, showed no sign of a router, nor of its backends."""
     named = ", ".join(f"{b.url} ({'in service' if b.healthy else 'out of service'})" for b in backends)
-    return f"INFO:     paged router on {listen}: policy {config.policy}, backends {named}"
+    line = f"INFO:     paged router on {listen}: policy {config.policy}, backends {named}"
+    if config.policy == "kv_aware" and config.tokenizer is None:  # said, lest a reader think chats are matched
+        line += ("; no --tokenizer: text and chat prompts are routed by load alone (token-id prompts are still "
+                 "matched against the caches)")
+    return line
 
 
 def create_app(config: RouterConfig, listen: str | None = None) -> FastAPI:

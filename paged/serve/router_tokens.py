@@ -38,20 +38,26 @@ def read_chat_template(value: str | None) -> str | None:
     return value
 
 
+def load_tokenizer_option(value: str):
+    """`--tokenizer` (of `paged serve` and `paged router`): a model's name or path, checked as
+    `paged serve --model` checks it; one that is not found, or has no tokenizer, is a ValueError
+    naming --tokenizer (a usage error), not the loader's own message blaming --model."""
+    from paged.engine.loader import load_tokenizer
+
+    try:
+        tokenizer = load_tokenizer(value)
+    except (ValueError, OSError) as e:
+        raise ValueError(f"--tokenizer {value}: {e}") from None
+    if tokenizer is None:
+        raise ValueError(f"--tokenizer {value}: the model has no tokenizer (no tokenizer.json)")
+    return tokenizer
+
+
 class PromptTokens:
     def __init__(self, tokenizer: str | None = None, chat_template: str | None = None) -> None:
         """`tokenizer`: a model name or path as `paged serve --model` takes it (or its `--tokenizer`
         folder); None: token-id prompts only. `chat_template`: a template or a file holding one."""
-        self.tokenizer = None
-        if tokenizer is not None:
-            from paged.engine.loader import load_tokenizer
-
-            try:  # the model's name or path checked as `paged serve --model` checks it
-                self.tokenizer = load_tokenizer(tokenizer)
-            except (ValueError, OSError) as e:
-                raise ValueError(f"--tokenizer {tokenizer}: {e}") from None
-            if self.tokenizer is None:
-                raise ValueError(f"--tokenizer {tokenizer}: the model has no tokenizer (no tokenizer.json)")
+        self.tokenizer = None if tokenizer is None else load_tokenizer_option(tokenizer)
         self.chat_template = read_chat_template(chat_template)
 
     def __call__(self, path: str, body: dict) -> list[int] | None:

@@ -20,7 +20,7 @@ from paged.engine.engine_args import add_engine_args, engine_kwargs
 from paged.help_formatter import ArgumentParser, HelpFormatter
 
 from .kv_events import DEFAULT_CAPACITY
-from .router_tokens import read_chat_template
+from .router_tokens import load_tokenizer_option, read_chat_template
 from .server_process import check_listen_address
 
 LARGER_CACHE = "--kv-cache-memory-bytes on CPU, --gpu-memory-utilization on CUDA"
@@ -83,9 +83,11 @@ def main(argv: list[str] | None = None) -> int:
 
     from .app import ServeSettings, build_app
 
-    try:  # a bad address, template, model or engine option: one line naming it, exit 2, before uvicorn starts
+    try:  # a bad address, template, tokenizer, model or engine option: one line naming it, exit 2, before uvicorn
         check_listen_address(args.host, args.port)
         template = read_chat_template(args.chat_template)
+        if args.tokenizer is not None:  # loaded once more by the engine: here, a bad one is named as such
+            load_tokenizer_option(args.tokenizer)
         with warnings.catch_warnings():
             warnings.simplefilter("error", KVCacheTooSmall)  # the engine's API goes on; a server refuses, as vLLM
             engine = AsyncLLM(args.model, **engine_kwargs(args))

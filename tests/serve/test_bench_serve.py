@@ -20,10 +20,11 @@ from sim.cli import main as sim_main
 from .conftest import REPO, metric, start_router, wait_router, wait_until
 
 AZURE_CONV = REPO / "traces" / "azure_llm_2023_conv.csv"
+MOONCAKE = REPO / "traces" / "mooncake_fast25_synthetic_trace.jsonl"  # prompts of tens of thousands of tokens
 
 # what the simulator's --json and the load generator's both report, with the same meaning
 SHARED_KEYS = ("num_requests", "num_finished", "throughput_req_s", "input_tokens_per_s", "output_tokens_per_s",
-               "wall_time_s", "ttft_s", "tpot_s", "e2e_s", "itl_s", "goodput")
+               "wall_time_s", "ttft_s", "tpot_s", "e2e_s", "itl_s", "goodput", "num_capped", "prefix_cache_hit_rate")
 
 
 def test_prompts_share_real_tokens_where_the_trace_shares_ids():
@@ -83,6 +84,50 @@ def test_summary_has_the_simulators_keys(backends, tmp_path, capsys):
     assert (rows.num_prompt_tokens <= 599).all() and doc["workload"]["trace"] == str(azure_conv)
     # the fake server reports half of each prompt cached; with no router in front, no backend is named
     assert (rows.prefix_hit_tokens == rows.num_prompt_tokens // 2).all() and rows.backend.isna().all()
+    # the summary's hit rate is the same tokens in sum (the simulator's key had no measured counterpart)
+    assert doc["prefix_cache_hit_rate"] == pytest.approx(rows.prefix_hit_tokens.sum() / rows.num_prompt_tokens.sum())
+
+
+def test_no_hit_rate_where_no_answer_reported_cached_tokens():
+    """A server whose usage has no cached tokens hit nothing that we know of: NaN (printed `-`,
+    JSON null), not 0."""
+    rec = Records(2)
+    rec.status[:] = FINISHED
+    rec.scheduled_s[:], rec.sent_s[:], rec.first_token_s[:], rec.finished_s[:] = 0.0, 0.01, 0.1, 0.3
+    workload = Workload(np.array([0.0, 0.1]), np.array([10, 30]), np.array([3, 3]))
+    assert np.isnan(summarize(workload, rec, 0.3)["prefix_cache_hit_rate"])
+    rec.cached_tokens[1] = 15  # only what was reported counts: request 0's prompt is not in the denominator
+    assert summarize(workload, rec, 0.3)["prefix_cache_hit_rate"] == 0.5
+
+
+def test_requests_are_capped_to_the_context_the_server_publishes(server, model_name, tmp_path, capsys):
+    """Mooncake's prompts run past the tiny server's 512 tokens: every one was refused (HTTP 400).
+    Capped to the max_model_len its /v1/models publishes, as sim run caps to the model's, all
+    finish and num_capped counts them; --no-cap sends them whole, as sim run's does."""
+    assert server.get("/v1/models").json()["data"][0]["max_model_len"] == 512
+    argv = ["--url", server.url, "--trace", str(MOONCAKE), "--num-requests", "3", "--time-scale", "0.001",
+            "--vocab-size", "256", "--min-token-id", "0", "--no-progress"]
+    out = tmp_path / "capped.json"
+    assert main([*argv, "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["num_finished"] == 3 and doc["num_errors"] == 0 and doc["num_capped"] == 3
+    assert doc["config"]["max_model_len"] == 512
+    out = tmp_path / "whole.json"
+    assert main([*argv, "--no-cap", "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["num_errors"] == 3 and doc["num_capped"] == 0 and doc["config"]["max_model_len"] is None
+    capsys.readouterr()
+
+
+def test_a_server_that_publishes_no_context_is_sent_requests_uncapped_and_told(backends, tmp_path, capsys):
+    (url, _), = backends(["b0"])
+    out = tmp_path / "bench.json"
+    assert main(["--url", url, "--trace", str(MOONCAKE), "--num-requests", "2", "--time-scale", "0.001",
+                 "--no-progress", "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["num_finished"] == 2 and doc["num_capped"] == 0 and doc["config"]["max_model_len"] is None
+    err = capsys.readouterr().err
+    assert err.count("publishes no max_model_len on /v1/models: requests are sent uncapped") == 1
 
 
 def test_requests_csv_names_the_backend_a_router_chose(backends, procs, tmp_path, capsys):

@@ -106,6 +106,23 @@ def test_serve_names_a_bad_model_or_engine_option(monkeypatch, capsys, argv, mes
     assert message in one_line(capsys.readouterr().err)
 
 
+def test_serve_names_a_bad_tokenizer_before_loading_the_model(no_engine, capsys):
+    """As the router does: the option named, not --model, and no engine built."""
+    assert server.main(["--model", "smollm2-135m", "--tokenizer", "/nonexistent", "--port", "0"]) == 2
+    assert ("--tokenizer /nonexistent: model '/nonexistent': no such file or folder"
+            in one_line(capsys.readouterr().err))
+
+
+def test_serve_takes_a_tokenizer_named_as_a_model_is(monkeypatch, capsys):
+    """--tokenizer smollm2-135m (a catalog name, a GGUF file) was opened as a folder: a traceback."""
+    import uvicorn
+
+    served = []
+    monkeypatch.setattr(uvicorn, "run", lambda app, **k: served.append(app))
+    assert server.main(["--model", "smollm2-135m", "--tokenizer", "smollm2-135m", "--port", "0"]) == 0
+    assert len(served) == 1 and "Traceback" not in capsys.readouterr().err
+
+
 def test_serve_checks_its_address_before_loading_the_model(no_engine, capsys):
     assert server.main(["--model", "smollm2-135m", "--port", "80000"]) == 2
     assert "--port 80000: expected a TCP port in [0, 65535]" in one_line(capsys.readouterr().err)

@@ -111,3 +111,14 @@ def test_the_router_gets_the_launchers_cache_threshold(procs, tmp_path):
     started = ready(procs, proc, url)
     assert b"--cache-threshold\x000.5\x00" in Path(f"/proc/{started['router']}/cmdline").read_bytes()
     assert b"--cache-threshold" not in Path(f"/proc/{started['replica 0']}/cmdline").read_bytes()
+
+
+def test_a_kv_aware_router_gets_the_replicas_tokenizer_and_chat_template():
+    """Without them kv_aware routed text and chat by load alone; the replicas' --tokenizer wins over
+    --model, as it names what they tokenize with. Other policies get none (no torch in the router)."""
+    from paged.serve.launch import router_tokenizer_options
+
+    assert router_tokenizer_options("m", "kv_aware", ["--max-num-seqs", "4"]) == ["--tokenizer", "m"]
+    assert router_tokenizer_options("m", "kv_aware", ["--tokenizer", "t", "--chat-template", "c.jinja"]) == [
+        "--tokenizer", "t", "--chat-template", "c.jinja"]
+    assert router_tokenizer_options("m", "prefix_aware", ["--tokenizer", "t"]) == []

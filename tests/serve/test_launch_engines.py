@@ -44,3 +44,24 @@ def test_three_engine_replicas_one_killed_mid_run(procs, tmp_path, tiny_chat_mod
                      reason="retried")
     assert 1 <= retried <= 2  # the victim's, each sent once more
     assert after == [200] * 6
+
+
+def test_a_kv_aware_launch_routes_a_repeated_chat_to_the_replica_that_caches_it(procs, tmp_path, tiny_chat_model):
+    """`paged launch --router kv_aware` gave its router no tokenizer: chats went by load alone, and
+    the same chat to another replica than the one caching it. A chat seeded on replica 1 behind the
+    router's back (a load-only router sends the repeats to replica 0, the first of a tie) is sent
+    there, and finds its prompt cached."""
+    model = str(tiny_chat_model)
+    proc, url = launch(procs, tmp_path, 2, "--router", "kv_aware", *engine_flags(), server="", model=model)
+    ready(procs, proc, url)
+    second = re.search(r"^replica 1: pid \d+ at (\S+)", proc.log_path.read_text(), re.M).group(1)
+    content = "".join(chr(97 + (7 * i) % 26) for i in range(160))  # ten blocks of the tiny model's byte tokens
+    body = {"model": model, "messages": [{"role": "user", "content": content}], "max_tokens": 1}
+    assert httpx.post(f"{second}/v1/chat/completions", json=body, timeout=60).status_code == 200
+    wait_until(lambda: httpx.get(f"{url}/kv/view", timeout=10).json()["backends"][1]["blocks"],
+               "the router sees replica 1 cache the chat")
+    for _ in range(2):
+        r = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=60)
+        assert r.status_code == 200, r.text
+        assert r.headers["x-paged-backend"] == second
+        assert r.json()["usage"]["prompt_tokens_details"]["cached_tokens"] > 0

@@ -321,3 +321,16 @@ def test_a_backend_that_hangs_fails_its_requests_in_flight(cluster, procs):
             assert {served_by(complete(url)) for _ in range(4)} == {"b1"}
         finally:
             procs.stop(hung, signal.SIGKILL)
+
+
+def test_a_kv_aware_router_without_a_tokenizer_says_text_and_chat_go_by_load():
+    """Without --tokenizer kv_aware cannot hash text or chat prompts and routes them by load: said
+    in its start-up line, so that nobody takes it for cache-aware routing of chats."""
+    from paged.serve.router import RouterConfig, startup_line
+
+    def line(**config) -> str:
+        return startup_line("http://127.0.0.1:8000", RouterConfig(["http://127.0.0.1:9"], **config), [])
+
+    assert "no --tokenizer: text and chat prompts are routed by load alone" in line(policy="kv_aware")
+    assert "load alone" not in line(policy="kv_aware", tokenizer="smollm2-135m")
+    assert "load alone" not in line(policy="prefix_aware")
