@@ -18,6 +18,8 @@ from .options import sim_config
 from .outputs import check_output_paths, files_line, write_outputs
 from .workload_args import workload_for_run
 
+CACHE_ROUTERS = ("prefix_aware", "kv_aware")  # routers that read a prompt's prefix ids
+
 
 def cmd_run(args: argparse.Namespace) -> int:
     from ..runner import simulate
@@ -32,6 +34,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         if note := mismatch_warning(config.cost_model, config.model, config.num_gpu_blocks, config.hardware):
             print(f"warning: {note}", file=sys.stderr)
+    if config.router in CACHE_ROUTERS and config.replicas > 1 and workload.prefix_index is None:
+        print(f"warning: --router {config.router} matches prompts by their prefix ids, and {workload.name} has "
+              "none (its rows give lengths only): every request is routed by load, and no prompt shares a cached "
+              "block (a trace with hash ids, such as Mooncake's, or --shared-prefix has them)", file=sys.stderr)
     if args.progress_bar and len(workload) >= 20_000:
         config.progress = True
     # One run, then the process exits: what start-up built (modules, the workload) lives until then.

@@ -232,3 +232,18 @@ def test_record_itl_writes_every_latency_as_a_json_list(tmp_path, azure_conv):
     itl = [json.loads(v) for v in df.itl_s]
     assert [len(x) for x in itl] == (df.num_generated - 1).tolist() and max(map(len, itl)) > 100
     assert all(abs(sum(x) - (f - t)) < 1e-9 for x, f, t in zip(itl, df.finished_s, df.first_token_s))
+
+
+def test_a_cache_aware_router_on_a_trace_without_prefix_ids_is_warned_of(azure_conv, capsys):
+    """kv_aware over the Azure trace (lengths only) routed every request by load and hit nothing,
+    and said nothing: a newcomer read a hit rate of 0 as the router's."""
+    for router in ("kv_aware", "prefix_aware"):
+        assert main(["run", "--trace", str(azure_conv), "--num-requests", "30", "--replicas", "2", "--router",
+                     router]) == 0
+        assert f"warning: --router {router} matches prompts by their prefix ids, and " in capsys.readouterr().err
+    for argv in (["--replicas", "2", "--router", "least_outstanding"], ["--router", "kv_aware"]):
+        assert main(["run", "--trace", str(azure_conv), "--num-requests", "30", *argv]) == 0
+        assert "warning" not in capsys.readouterr().err
+    assert main(["run", "--shared-prefix", "2,64,16,8", "--num-requests", "20", "--rate", "5", "--replicas", "2",
+                 "--router", "kv_aware"]) == 0
+    assert "warning" not in capsys.readouterr().err
