@@ -176,11 +176,11 @@ def verdicts(sweep: pd.DataFrame, cap: pd.DataFrame) -> list[Verdict]:
                 f"paging serves {min(ratios.values()):.1f}-{max(ratios.values()):.1f}x static's max QPS, "
                 "depending on max_num_seqs",
                 f"saturation throughput of paging over static batches of {STATIC_BATCH_SIZE} "
-                f"({static8:.2f} req/s): {ratio_text}. In the 3-5x range for max_num_seqs "
-                f"{', '.join(map(str, in_range)) or 'none'}; "
-                + "; ".join(f"{side} for {', '.join(map(str, sizes))}" for side, sizes in
-                            (("over 5x", [b for b, r in ratios.items() if r > 5]),
-                             ("under 3x", [b for b, r in ratios.items() if r < 3])) if sizes) + "."),
+                f"({static8:.2f} req/s): {ratio_text}. "
+                + "; ".join([f"In the 3-5x range for max_num_seqs {', '.join(map(str, in_range)) or 'none'}",
+                             *(f"{side} for {', '.join(map(str, sizes))}" for side, sizes in
+                               (("over 5x", [b for b, r in ratios.items() if r > 5]),
+                                ("under 3x", [b for b, r in ratios.items() if r < 3])) if sizes)]) + "."),
     ]
 
 
