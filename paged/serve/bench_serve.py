@@ -188,21 +188,16 @@ def chosen_model(url: str, model: str | None) -> tuple[str, int | None]:
     return model, served[model]
 
 
-def capped(workload: Workload, args: argparse.Namespace, published: int | None,
-           url: str) -> tuple[Workload, int | None]:
-    """The workload (capped to --max-model-len already, if given) capped to the server's published
-    context when no --max-model-len is given, as sim run caps to the model's: a longer request
-    would only be refused (HTTP 400). With the cap it used (None: none; --no-cap, or a server that
-    publishes none, which is said once)."""
+def context(args: argparse.Namespace, published: int | None, url: str) -> int | None:
+    """The context requests are capped to, as sim run caps them to the model's: --max-model-len,
+    else the max_model_len the server publishes (a longer request would only be refused, HTTP 400);
+    None: no cap (--no-cap, or a server that publishes none, which is said once)."""
     if not args.cap_lengths:
-        return workload, None
-    if args.max_model_len is not None:
-        return workload, args.max_model_len
-    if published is None:
+        return None
+    if args.max_model_len is None and published is None:
         print(f"note: {url} publishes no max_model_len on /v1/models: requests are sent uncapped "
               "(--max-model-len caps them)", file=sys.stderr)
-        return workload, None
-    return workload.cap_lengths(published), published
+    return args.max_model_len if args.max_model_len is not None else published
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -220,9 +215,9 @@ def main(argv: list[str] | None = None) -> int:
     sampling = sampling_fields(args, parser)
     try:
         check_output_paths([("--json", args.json, ".json"), ("--requests-csv", args.requests_csv, ".csv")])
-        workload = workload_from_args(args, args.max_model_len, args.block_size)
         model, published = chosen_model(url, args.model)
-        workload, max_model_len = capped(workload, args, published, url)
+        max_model_len = context(args, published, url)
+        workload = workload_from_args(args, max_model_len, args.block_size)
         prompt = PromptMaker(workload, args.vocab_size, args.min_token_id, args.seed)
     except (ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
